@@ -1,0 +1,67 @@
+// tandem's entry point: CLI11 subcommands and the exit-code policy (bad input -> 2), nothing else.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "core/config.h"
+
+namespace {
+
+struct RecipeArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+
+void add_recipe_options(CLI::App* cmd, RecipeArgs& args) {
+  cmd->add_option("--config,-c", args.config_path, "recipe YAML (default: the embedded quickstart recipe)");
+  cmd->add_option("--set", args.overrides, "override a recipe key: --set tracks.ar.rollout.group_size=4")
+      ->allow_extra_args(false)
+      ->take_all();
+}
+
+// World size from the launcher's environment, so check-config under mpirun/srun checks the layout.
+int64_t launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(name)) return std::atoll(v);
+  return 0;
+}
+
+int run_check_config(const RecipeArgs& args, int64_t world_size) {
+  tandem::Config config = tandem::load_config(args.config_path, args.overrides);
+  if (world_size <= 0) world_size = launcher_world_size();
+  if (world_size > 0) tandem::validate(config, world_size);
+  std::cout << tandem::to_yaml(config);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: native GRPO / FlowGRPO post-training engine"};
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  app.require_subcommand(1);
+
+  RecipeArgs check_args;
+  int64_t check_world = 0;
+  CLI::App* check = app.add_subcommand("check-config", "load, validate and print the fully resolved recipe");
+  add_recipe_options(check, check_args);
+  check->add_option("--world-size", check_world, "also check parallel.{dp,cp,tp} against this many ranks");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (*check) return run_check_config(check_args, check_world);
+  } catch (const tandem::UserError& e) {
+    std::cerr << "tandem: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tandem: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

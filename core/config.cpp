@@ -1,0 +1,204 @@
+// Recipe loading: YAML text -> --set overrides -> typed structs (config_schema.cpp) -> the
+// cross-field rules below. All failures are UserError with the key path in the message.
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "parallel/parallel_dims.h"
+
+namespace tandem {
+
+Config config_from_yaml_node(const YAML::Node& root);  // config_schema.cpp
+extern const char* const kEmbeddedQuickstart;          // generated from configs/quickstart.yaml
+
+const std::vector<std::string>& ar_task_names() {
+  static const std::vector<std::string> names{"reverse_digits", "sort_digits", "add", "jsonl"};
+  return names;
+}
+const std::vector<std::string>& ar_reward_names() {
+  static const std::vector<std::string> names{"exact_match", "partial_match", "math_answer", "command"};
+  return names;
+}
+const std::vector<std::string>& image_task_names() {
+  static const std::vector<std::string> names{"shapes"};
+  return names;
+}
+const std::vector<std::string>& image_reward_names() {
+  static const std::vector<std::string> names{"jpeg_compressibility", "jpeg_incompressibility",
+                                              "brightness", "color_target", "shape_class", "command"};
+  return names;
+}
+
+MicroGeometry resolve_geometry(const TrainConfig& train, const std::optional<int64_t>& mbs,
+                               const std::optional<int64_t>& budget,
+                               const std::optional<LossAggMode>& mode) {
+  MicroGeometry g;
+  g.micro_batch_size = mbs ? mbs : train.micro_batch_size;
+  g.max_tokens_per_micro = budget ? budget : train.max_tokens_per_micro;
+  g.loss_agg_mode = mode.value_or(train.loss_agg_mode);
+  return g;
+}
+
+int64_t image_tokens_per_sample(const ImageModelConfig& model) {
+  const int64_t side = model.image_size / model.patch_size;
+  return side * side;
+}
+
+namespace {
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UserError("--set '" + assignment + "': expected key.path=value");
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (part.empty()) throw UserError("--set '" + assignment + "': empty component in key path");
+    parts.push_back(part);
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UserError("--set " + path + ": cannot parse value '" + text + "': " + e.msg);
+  }
+  // Walk with fresh handles: assigning one yaml-cpp Node to another copies content, not the handle.
+  YAML::Node node = root;
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked += (walked.empty() ? "" : ".") + parts[i];
+    YAML::Node child = node[parts[i]];
+    if (child.IsDefined() && !child.IsNull() && !child.IsMap())
+      throw UserError("--set " + path + ": " + walked + " is not a section");
+    if (!child.IsDefined() || child.IsNull()) {
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child = node[parts[i]];
+    }
+    node.reset(child);
+  }
+  node[parts.back()] = value;
+}
+
+std::string track_path(const char* track, const char* key) { return std::string("tracks.") + track + "." + key; }
+
+void require(bool ok, const std::string& path, const std::string& message) {
+  if (!ok) throw UserError(path + ": " + message);
+}
+
+void validate_geometry(const TrainConfig& train, const char* track, const std::optional<int64_t>& mbs,
+                       const std::optional<int64_t>& budget, const std::optional<LossAggMode>& mode,
+                       int64_t one_sequence, const std::string& sequence_what) {
+  const MicroGeometry g = resolve_geometry(train, mbs, budget, mode);
+  require(g.micro_batch_size || g.max_tokens_per_micro, track_path(track, "micro_batch_size"),
+          "no micro geometry: set micro_batch_size or max_tokens_per_micro here or under train");
+  if (g.max_tokens_per_micro) {
+    const std::string where = budget ? track_path(track, "max_tokens_per_micro") : "train.max_tokens_per_micro";
+    require(*g.max_tokens_per_micro >= one_sequence, where,
+            std::to_string(*g.max_tokens_per_micro) + " is smaller than one full sequence (" +
+                sequence_what + " = " + std::to_string(one_sequence) + "); raise the budget");
+  }
+}
+
+void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
+  const ArTrackConfig& ar = c.tracks.ar;
+  const ArModelConfig& m = ar.model;
+  const std::string mp = "tracks.ar.model";
+  require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
+          std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
+  require((m.hidden_size / m.num_heads) % 2 == 0, mp + ".hidden_size",
+          "head dimension " + std::to_string(m.hidden_size / m.num_heads) + " must be even for RoPE");
+  require(m.num_heads % m.num_kv_heads == 0, mp + ".num_kv_heads",
+          std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
+  require(ar.rollout.max_new_tokens < m.max_seq_len, "tracks.ar.rollout.max_new_tokens",
+          std::to_string(ar.rollout.max_new_tokens) + " leaves no room for a prompt within model.max_seq_len " +
+              std::to_string(m.max_seq_len));
+  if (dims && dims->tp() > 1) {
+    const int64_t tp = dims->tp();
+    for (auto [key, value] : {std::pair<const char*, int64_t>{"num_heads", m.num_heads},
+                              {"num_kv_heads", m.num_kv_heads},
+                              {"intermediate_size", m.intermediate_size},
+                              {"vocab_size", m.vocab_size}})
+      require(value % tp == 0, mp + "." + key,
+              std::to_string(value) + " is not divisible by parallel.tp=" + std::to_string(tp));
+  }
+  require(ar.tokenizer.kind != TokenizerKind::kHf || ar.tokenizer.path, "tracks.ar.tokenizer.path",
+          "required when tokenizer.kind is hf");
+  require(ar.tokenizer.kind != TokenizerKind::kChar || !ar.tokenizer.alphabet.empty(),
+          "tracks.ar.tokenizer.alphabet", "must not be empty for the char tokenizer");
+  require(ar.data.task != "jsonl" || ar.data.path, "tracks.ar.data.path", "required when data.task is jsonl");
+  const auto& names = ar_reward_names();
+  require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
+          "'" + ar.reward.kind + "' is not a built-in AR reward (exact_match|partial_match|math_answer|command)");
+  require(ar.reward.kind != "command" || ar.reward.command, "tracks.ar.reward.command",
+          "required when reward.kind is command");
+  require(ar.algo.old_logp != OldLogp::kReuse || c.train.num_mini_batches == 1, "tracks.ar.algo.old_logp",
+          "reuse is exact only with train.num_mini_batches: 1 (got " + std::to_string(c.train.num_mini_batches) +
+              "); use recompute");
+  validate_geometry(c.train, "ar", ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode, m.max_seq_len,
+                    "tracks.ar.model.max_seq_len");
+}
+
+void validate_image(const Config& c) {
+  const ImageTrackConfig& im = c.tracks.image;
+  const ImageModelConfig& m = im.model;
+  const std::string mp = "tracks.image.model";
+  require(m.image_size % m.patch_size == 0, mp + ".patch_size",
+          std::to_string(m.patch_size) + " does not divide image_size " + std::to_string(m.image_size));
+  require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
+          std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
+  require(im.sampler.eval_steps >= 1 && im.sampler.steps >= 1, "tracks.image.sampler.steps", "must be >= 1");
+  const auto& names = image_reward_names();
+  require(std::find(names.begin(), names.end(), im.reward.kind) != names.end(), "tracks.image.reward.kind",
+          "'" + im.reward.kind + "' is not a built-in image reward");
+  require(im.reward.kind != "command" || im.reward.command, "tracks.image.reward.command",
+          "required when reward.kind is command");
+  require(im.algo.old_logp != OldLogp::kReuse || c.train.num_mini_batches == 1, "tracks.image.algo.old_logp",
+          "reuse is exact only with train.num_mini_batches: 1; use recompute");
+  validate_geometry(c.train, "image", im.micro_batch_size, im.max_tokens_per_micro, im.loss_agg_mode,
+                    image_tokens_per_sample(m), "patches per image");
+}
+
+}  // namespace
+
+void validate(const Config& c, int64_t world_size) {
+  require(c.tracks.ar.enabled || c.tracks.image.enabled, "tracks",
+          "no track is enabled; set tracks.ar.enabled or tracks.image.enabled to true");
+  require(c.parallel.dp != 0, "parallel.dp", "0 is not a layout; use -1 to infer it");
+  std::optional<parallel::ParallelDims> dims;
+  if (world_size > 0) dims = parallel::ParallelDims::resolve(c.parallel.dp, c.parallel.cp, c.parallel.tp, world_size);
+  if (c.tracks.ar.enabled) validate_ar(c, dims ? &*dims : nullptr);
+  if (c.tracks.image.enabled) validate_image(c);
+}
+
+Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
+                               const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw UserError(source_name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                    ": YAML parse error: " + e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw UserError(source_name + ": the recipe must be a mapping of sections (run, tracks, ...)");
+  for (const auto& o : overrides) apply_override(root, o);
+  Config config = config_from_yaml_node(root);
+  validate(config);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return load_config_from_string(kEmbeddedQuickstart, "<embedded quickstart>", overrides);
+  std::ifstream in(path);
+  if (!in) throw UserError(path + ": cannot open recipe file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return load_config_from_string(buffer.str(), path, overrides);
+}
+
+}  // namespace tandem

@@ -1,0 +1,240 @@
+// The recipe: nested plain structs with defaults (DESIGN section 7), loaded from YAML with
+// --set overrides and validated in one place (config.cpp). Nothing else parses the recipe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/enums.h"
+#include "core/error.h"
+
+namespace tandem {
+
+struct RunConfig {
+  std::string name = "tandem";
+  std::string out_dir = "runs";
+  int64_t seed = 1;
+  int64_t steps = 100;
+  int64_t log_every = 1;
+  int64_t save_every = 50;  // 0: save only at the end
+  int64_t keep_last = 3;    // 0: keep every checkpoint
+  DType dtype = DType::kFloat32;
+  Device device = Device::kAuto;
+};
+
+struct ParallelConfig {
+  int64_t dp = -1;  // -1: world_size / (cp * tp)
+  int64_t cp = 1;
+  int64_t tp = 1;
+  Backend backend = Backend::kAuto;
+  double timeout_s = 300.0;
+};
+
+struct OptimConfig {
+  double lr = 1e-4;
+  double weight_decay = 0.0;
+  std::vector<double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0: no clipping
+  int64_t warmup_steps = 0;
+  LrSchedule schedule = LrSchedule::kConstant;
+};
+
+// Shared micro-batch geometry; every track may override each field (null = use this).
+// A micro is bounded by max_tokens_per_micro when that is set, else by micro_batch_size rows.
+struct TrainConfig {
+  int64_t num_mini_batches = 1;
+  std::optional<int64_t> micro_batch_size = 4;
+  std::optional<int64_t> max_tokens_per_micro;
+  LossAggMode loss_agg_mode = LossAggMode::kTokenMean;
+};
+
+struct RewardConfig {
+  std::string kind;
+  std::optional<std::string> command;
+  double timeout_s = 30.0;
+};
+
+struct ArModelConfig {
+  std::optional<std::string> hf_dir;
+  std::string arch = "llama";
+  int64_t vocab_size = 64;
+  int64_t hidden_size = 64;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 2;
+  int64_t intermediate_size = 128;
+  int64_t max_seq_len = 64;
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-6;
+  bool tie_embeddings = false;
+  bool qkv_bias = false;
+};
+
+struct TokenizerConfig {
+  TokenizerKind kind = TokenizerKind::kChar;
+  std::optional<std::string> path;
+  std::string alphabet = "0123456789+-*=:;,.<>|# abcdefghijklmnopqrstuvwxyz";
+};
+
+struct ArDataConfig {
+  std::string task = "reverse_digits";
+  std::optional<std::string> path;
+  std::string prompt_key = "prompt";
+  std::string answer_key = "answer";
+  bool shuffle = true;
+};
+
+struct ArRolloutConfig {
+  int64_t prompts_per_step = 8;
+  int64_t group_size = 8;
+  int64_t max_new_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0: off
+  std::vector<std::string> stop;
+  bool dump = false;
+  std::optional<std::string> replay_dir;
+};
+
+struct ArKlConfig {
+  double coef = 0.0;
+  KlEstimator estimator = KlEstimator::kK3;
+};
+
+struct ArAlgoConfig {
+  bool norm_by_std = true;
+  double adv_eps = 1e-6;
+  std::optional<double> adv_clip;
+  double clip_low = 0.2;
+  double clip_high = 0.2;
+  std::optional<double> clip_c = 3.0;  // dual clip; null: off
+  RatioKind ratio = RatioKind::kToken;
+  ArKlConfig kl;
+  double entropy_coef = 0.0;
+  OldLogp old_logp = OldLogp::kRecompute;
+  bool filter_zero_variance_groups = false;
+  std::optional<int64_t> loss_norm_len;  // null: rollout.max_new_tokens
+};
+
+struct ArTrackConfig {
+  bool enabled = true;
+  double weight = 1.0;
+  std::optional<int64_t> micro_batch_size;
+  std::optional<int64_t> max_tokens_per_micro;
+  std::optional<LossAggMode> loss_agg_mode;
+  ArModelConfig model;
+  TokenizerConfig tokenizer;
+  ArDataConfig data;
+  RewardConfig reward{"exact_match", std::nullopt, 30.0};
+  ArRolloutConfig rollout;
+  ArAlgoConfig algo;
+};
+
+struct ImageModelConfig {
+  std::string arch = "dit";
+  int64_t image_size = 16;
+  int64_t channels = 3;
+  int64_t patch_size = 4;
+  int64_t hidden_size = 64;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  int64_t num_classes = 4;
+};
+
+struct ImageDataConfig {
+  std::string task = "shapes";
+};
+
+struct SamplerConfig {
+  int64_t steps = 10;
+  int64_t eval_steps = 20;
+  double noise_level = 0.7;
+  double shift = 3.0;
+  double cfg = 1.0;  // 1: no classifier-free guidance
+  double timestep_fraction = 0.6;
+};
+
+struct ImageRolloutConfig {
+  int64_t prompts_per_step = 4;
+  int64_t group_size = 8;
+  bool dump = false;
+  std::optional<std::string> replay_dir;
+};
+
+struct ImageKlConfig {
+  double coef = 0.0;
+};
+
+struct ImageAlgoConfig {
+  double clip_range = 1e-4;
+  double adv_clip_max = 5.0;
+  ImageKlConfig kl;
+  OldLogp old_logp = OldLogp::kRecompute;
+};
+
+struct ImageTrackConfig {
+  bool enabled = false;
+  double weight = 1.0;
+  std::optional<int64_t> micro_batch_size;
+  std::optional<int64_t> max_tokens_per_micro;
+  std::optional<LossAggMode> loss_agg_mode;
+  ImageModelConfig model;
+  ImageDataConfig data;
+  RewardConfig reward{"jpeg_compressibility", std::nullopt, 30.0};
+  SamplerConfig sampler;
+  ImageRolloutConfig rollout;
+  ImageAlgoConfig algo;
+};
+
+struct TracksConfig {
+  ArTrackConfig ar;
+  ImageTrackConfig image;
+};
+
+struct Config {
+  RunConfig run;
+  ParallelConfig parallel;
+  OptimConfig optim;
+  TrainConfig train;
+  TracksConfig tracks;
+};
+
+// A track's micro geometry after per-track overrides fall back to train.*.
+struct MicroGeometry {
+  std::optional<int64_t> micro_batch_size;
+  std::optional<int64_t> max_tokens_per_micro;  // set: token-budget micros
+  LossAggMode loss_agg_mode;
+};
+MicroGeometry resolve_geometry(const TrainConfig& train, const std::optional<int64_t>& mbs,
+                               const std::optional<int64_t>& budget,
+                               const std::optional<LossAggMode>& mode);
+
+// Tokens one image sample costs in a token budget (its patch count).
+int64_t image_tokens_per_sample(const ImageModelConfig& model);
+
+// Built-in names the recipe accepts (later layers register the implementations).
+const std::vector<std::string>& ar_task_names();
+const std::vector<std::string>& ar_reward_names();
+const std::vector<std::string>& image_task_names();
+const std::vector<std::string>& image_reward_names();
+
+// Loads `path` (or the embedded quickstart recipe when path is empty), applies `overrides`
+// ("a.b.c=value", the value parsed as YAML and converted to the key's type), and validates.
+// Throws UserError with a one-line message naming the key path.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
+                               const std::vector<std::string>& overrides);
+
+// Cross-field rules; world_size > 0 also checks the parallel layout against it.
+void validate(const Config& config, int64_t world_size = 0);
+
+// The fully resolved recipe as YAML (every default filled in); loads back to the same Config.
+std::string to_yaml(const Config& config);
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace tandem

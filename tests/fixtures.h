@@ -1,0 +1,20 @@
+// Test helpers: read the JSON fixtures written by scripts/fixtures/*.py and compare tensors
+// with a stated relative / absolute tolerance.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tandem::test {
+
+nlohmann::json load_fixture(const std::string& name);  // tests/fixtures/<name>
+torch::Tensor to_tensor(const nlohmann::json& values, torch::Dtype dtype);
+torch::Tensor to_index(const nlohmann::json& values);  // int64
+
+// max over elements of |a-b| / max(|b|, floor); floor keeps near-zero entries from dominating.
+double max_rel_error(const torch::Tensor& a, const torch::Tensor& b, double floor = 1e-300);
+double rel_error(double a, double b, double floor = 1e-300);
+
+}  // namespace tandem::test

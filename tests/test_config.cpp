@@ -1,0 +1,137 @@
+// Recipe loading, strict validation, --set overrides and the resolved-recipe round trip.
+#include <catch2/catch.hpp>
+
+#include "core/config.h"
+
+using namespace tandem;
+
+namespace {
+Config load(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return load_config_from_string(yaml, "test.yaml", overrides);
+}
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    load(yaml, overrides);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST_CASE("an empty recipe gets every default", "[config]") {
+  const Config c = load("");
+  CHECK(c.run.seed == 1);
+  CHECK(c.parallel.dp == -1);
+  CHECK(c.tracks.ar.enabled);
+  CHECK_FALSE(c.tracks.image.enabled);
+  CHECK(c.tracks.ar.algo.kl.estimator == KlEstimator::kK3);
+  CHECK(c.optim.betas == std::vector<double>{0.9, 0.999});
+}
+
+TEST_CASE("the embedded quickstart and shipped recipes load", "[config]") {
+  CHECK(load_config("", {}).run.name == "quickstart");
+  for (const char* name : {"quickstart", "image", "unified", "qwen2_0p5b"})
+    CHECK_NOTHROW(load_config(std::string(TANDEM_CONFIGS_DIR) + "/" + name + ".yaml", {}));
+}
+
+TEST_CASE("unknown keys name the path and the nearest valid key", "[config]") {
+  CHECK(error_of("tracks: {ar: {rollout: {gruop_size: 4}}}") ==
+        "tracks.ar.rollout.gruop_size: unknown key; did you mean group_size?");
+  CHECK_THAT(error_of("optim: {learning_rate: 1}"), Catch::Contains("optim.learning_rate: unknown key"));
+  CHECK_THAT(error_of("runn: {}"), Catch::Contains("runn: unknown key; did you mean run?"));
+}
+
+TEST_CASE("wrong types and ranges name the path, value and allowed range", "[config]") {
+  CHECK(error_of("train: {micro_batch_size: 0}") == "train.micro_batch_size: 0 is out of range; must be >= 1");
+  CHECK_THAT(error_of("train: {micro_batch_size: -1}"), Catch::Contains("train.micro_batch_size: -1"));
+  CHECK_THAT(error_of("tracks: {ar: {rollout: {group_size: 1}}}"),
+             Catch::Contains("group_size: 1 is out of range; must be >= 2"));
+  CHECK_THAT(error_of("tracks: {ar: {algo: {clip_low: 1.5}}}"), Catch::Contains("must be (0.0, 1.0)"));
+  CHECK_THAT(error_of("optim: {lr: .nan}"), Catch::Contains("optim.lr: must be a finite number"));
+  CHECK_THAT(error_of("run: {steps: ten}"), Catch::Contains("run.steps: expected an integer, got 'ten'"));
+  CHECK_THAT(error_of("run: {steps: 1.5}"), Catch::Contains("run.steps: expected an integer"));
+  CHECK_THAT(error_of("run: {dtype: float16}"), Catch::Contains("'float16' is not one of float32|bfloat16|float64"));
+  CHECK_THAT(error_of("optim: {betas: [0.9]}"), Catch::Contains("optim.betas: expected exactly 2 numbers"));
+  CHECK_THAT(error_of("run: 5"), Catch::Contains("run: expected a mapping"));
+  CHECK_THAT(error_of("tracks: {ar: {rollout: {stop: 5}}}"), Catch::Contains("expected a list of strings"));
+}
+
+TEST_CASE("cross-field rules", "[config]") {
+  CHECK_THAT(error_of("tracks: {ar: {enabled: false}}"), Catch::Contains("no track is enabled"));
+  CHECK_THAT(error_of("train: {num_mini_batches: 2}\ntracks: {ar: {algo: {old_logp: reuse}}}"),
+             Catch::Contains("tracks.ar.algo.old_logp: reuse is exact only with train.num_mini_batches: 1"));
+  CHECK_NOTHROW(load("tracks: {ar: {algo: {old_logp: reuse}}}"));
+  CHECK_THAT(error_of("train: {max_tokens_per_micro: 16}"),
+             Catch::Contains("train.max_tokens_per_micro: 16 is smaller than one full sequence"));
+  CHECK_THAT(error_of("tracks: {ar: {max_tokens_per_micro: 8}}"), Catch::Contains("tracks.ar.max_tokens_per_micro"));
+  CHECK_THAT(error_of("train: {micro_batch_size: null}"), Catch::Contains("no micro geometry"));
+  CHECK_THAT(error_of("tracks: {ar: {model: {num_kv_heads: 3}}}"), Catch::Contains("num_kv_heads: 3 does not divide"));
+  CHECK_THAT(error_of("tracks: {ar: {data: {task: jsonl}}}"), Catch::Contains("tracks.ar.data.path: required"));
+  CHECK_THAT(error_of("tracks: {ar: {reward: {kind: command}}}"), Catch::Contains("tracks.ar.reward.command"));
+}
+
+TEST_CASE("per-track geometry falls back to train.* when null", "[config]") {
+  const Config c = load("train: {micro_batch_size: 3}\ntracks: {image: {enabled: true, micro_batch_size: 8}}");
+  const MicroGeometry ar = resolve_geometry(c.train, c.tracks.ar.micro_batch_size, c.tracks.ar.max_tokens_per_micro,
+                                            c.tracks.ar.loss_agg_mode);
+  const MicroGeometry im = resolve_geometry(c.train, c.tracks.image.micro_batch_size,
+                                            c.tracks.image.max_tokens_per_micro, c.tracks.image.loss_agg_mode);
+  CHECK(*ar.micro_batch_size == 3);
+  CHECK(*im.micro_batch_size == 8);
+  CHECK(ar.loss_agg_mode == LossAggMode::kTokenMean);
+}
+
+TEST_CASE("set overrides parse by the key's type and are validated", "[config]") {
+  const Config c = load("", {"tracks.ar.rollout.group_size=4", "run.name=exp1", "tracks.ar.algo.adv_clip=2.5",
+                             "tracks.ar.rollout.stop=[\"\\n\", \"#\"]", "optim.betas=[0.8, 0.99]",
+                             "tracks.ar.loss_agg_mode=seq-mean-token-sum"});
+  CHECK(c.tracks.ar.rollout.group_size == 4);
+  CHECK(c.run.name == "exp1");
+  CHECK(*c.tracks.ar.algo.adv_clip == 2.5);
+  CHECK(c.tracks.ar.rollout.stop == std::vector<std::string>{"\n", "#"});
+  CHECK(*c.tracks.ar.loss_agg_mode == LossAggMode::kSeqMeanTokenSum);
+  CHECK(load("tracks: {ar: {algo: {adv_clip: 1}}}", {"tracks.ar.algo.adv_clip=null"}).tracks.ar.algo.adv_clip ==
+        std::nullopt);
+  CHECK(error_of("", {"tracks.ar.rollout.group_size=abc"}) ==
+        "tracks.ar.rollout.group_size: expected an integer, got 'abc'");
+  CHECK(error_of("", {"tracks.ar.rollout.gruop_size=4"}) ==
+        "tracks.ar.rollout.gruop_size: unknown key; did you mean group_size?");
+  CHECK_THAT(error_of("", {"run.steps"}), Catch::Contains("expected key.path=value"));
+  CHECK_THAT(error_of("run: {steps: 3}", {"run.steps.x=3"}), Catch::Contains("run.steps is not a section"));
+  CHECK_THAT(error_of("", {"run.steps.x=3"}), Catch::Contains("run.steps: expected an integer, got a mapping"));
+  CHECK_THAT(error_of("", {"run..steps=3"}), Catch::Contains("empty component"));
+}
+
+TEST_CASE("malformed YAML reports line and column", "[config]") {
+  CHECK_THAT(error_of("run:\n  name: [unclosed\n"), Catch::StartsWith("test.yaml:") && Catch::Contains("YAML parse error"));
+  CHECK_THAT(error_of("run:\n  name: a\n   bad: b\n"), Catch::Matches("test\\.yaml:[0-9]+:[0-9]+: YAML parse error.*"));
+}
+
+TEST_CASE("the resolved recipe round-trips exactly", "[config]") {
+  const Config c = load("", {"optim.lr=3.3e-5", "tracks.image.enabled=true", "run.name=007", "tracks.ar.algo.clip_c=null"});
+  CHECK(c.run.name == "007");  // a string key takes the text as typed
+  CHECK(error_of("", {"run.name=null"}) == "run.name: expected a string, got null");
+  const std::string yaml = to_yaml(c);
+  const Config back = load(yaml);
+  CHECK(to_yaml(back) == yaml);
+  CHECK(back.optim.lr == 3.3e-5);
+  CHECK_FALSE(back.tracks.ar.algo.clip_c.has_value());
+  CHECK(back.tracks.image.enabled);
+}
+
+TEST_CASE("layout is checked against the world size", "[config]") {
+  const Config c = load("parallel: {dp: 3}");
+  CHECK_THROWS_WITH(validate(c, 4), Catch::Contains("dp=3") && Catch::Contains("world size 4"));
+  CHECK_NOTHROW(validate(c, 3));
+  const Config tp = load("parallel: {tp: 3}");
+  CHECK_THAT(([&] {
+               try {
+                 validate(tp, 3);
+               } catch (const UserError& e) {
+                 return std::string(e.what());
+               }
+               return std::string();
+             })(),
+             Catch::Contains("not divisible by parallel.tp=3"));
+}
