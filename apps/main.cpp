@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "apps/commands.h"
 #include "core/config.h"
 
 namespace {
@@ -48,6 +49,21 @@ int main(int argc, char** argv) {
   add_recipe_options(check, check_args);
   check->add_option("--world-size", check_world, "also check parallel.{dp,cp,tp} against this many ranks");
 
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
+  bench->require_subcommand(1);
+  tandem::app::BenchScheduleArgs sched;
+  CLI::App* bench_schedule = bench->add_subcommand("schedule", "schedule a file of sequence lengths");
+  bench_schedule->add_option("--lengths", sched.lengths_path, "file with one sequence length per line")->required();
+  bench_schedule->add_option("--dp", sched.dp, "data-parallel ranks")->required();
+  auto* mbs = bench_schedule->add_option("--micro-batch-size", sched.micro_batch_size, "rows per micro");
+  auto* budget = bench_schedule->add_option("--max-tokens-per-micro", sched.max_tokens_per_micro, "token budget");
+  mbs->excludes(budget);
+  bench_schedule->add_option("--group-size", sched.group_size, "consecutive lines per group");
+  bench_schedule->add_option("--num-mini-batches", sched.num_mini_batches, "mini-batches per rollout");
+  bench_schedule->add_flag("--keep-groups", sched.keep_groups, "never split a group across dp ranks");
+  bench_schedule->add_option("--cost", sched.cost, "cost model")->check(CLI::IsMember({"tokens", "workload"}));
+  bench_schedule->add_option("--hidden-size", sched.hidden_size, "hidden size for the workload cost model");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +72,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*check) return run_check_config(check_args, check_world);
+    if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
   } catch (const tandem::UserError& e) {
     std::cerr << "tandem: error: " << e.what() << "\n";
     return 2;

@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "core/denominators.h"
 #include "core/enums.h"
 
 namespace tandem {
@@ -52,13 +53,6 @@ torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_log
 
 // logits (T, V) -> entropy (T), computed in the logits' dtype.
 torch::Tensor entropy_from_logits(const torch::Tensor& logits);
-
-// Whole-mini-batch denominators, supplied by the schedule (not counted from the micro).
-struct LossDenominators {
-  double n_tok = 0;   // action tokens in the mini-batch on all dp ranks
-  double n_seq = 0;   // sequences with at least one action token
-  double l_norm = 1;  // seq-mean-token-sum-norm length constant
-};
 
 struct AggregatedLoss {
   torch::Tensor loss;             // () this micro's share of the mini-batch objective

@@ -1,0 +1,22 @@
+// Subcommand entry points and their parsed arguments; main.cpp wires them to CLI11.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::app {
+
+struct BenchScheduleArgs {
+  std::string lengths_path;
+  int64_t dp = 1;
+  int64_t micro_batch_size = 0;
+  int64_t max_tokens_per_micro = 0;
+  int64_t group_size = 1;
+  int64_t num_mini_batches = 1;
+  bool keep_groups = false;
+  std::string cost = "tokens";
+  int64_t hidden_size = 4096;  // sets the workload model's attention coefficient
+};
+int run_bench_schedule(const BenchScheduleArgs& args);
+
+}  // namespace tandem::app
