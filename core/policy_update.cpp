@@ -1,0 +1,64 @@
+// The packed and padded paths differ only in layout; both reduce to flat per-token tensors with
+// a sequence index before the loss core, so the loss code is shared.
+#include "core/policy_update.h"
+
+namespace tandem {
+
+MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
+  loss += o.loss;
+  stats.tokens += o.stats.tokens;
+  stats.clipped += o.stats.clipped;
+  stats.dual_clipped += o.stats.dual_clipped;
+  stats.approx_kl_sum += o.stats.approx_kl_sum;
+  kl_sum += o.kl_sum;
+  entropy_sum += o.entropy_sum;
+  samples += o.samples;
+  zero_denominator = zero_denominator || o.zero_denominator;
+  return *this;
+}
+
+MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
+                         const LossDenominators& denominators, const UpdateOptions& o, const torch::Tensor& old_logp,
+                         const torch::Tensor& ref_logp) {
+  const bool want_entropy = o.entropy_coef != 0;
+  torch::Tensor logp, entropy, mask, adv, old, seq_index;  // all (T) flat
+  if (o.packed) {
+    const PackedBatch b = collate_packed(samples, denominators, o.dtype);
+    const PolicyModel::Output out = model.forward_packed(b, want_entropy);
+    logp = out.logp, entropy = out.entropy;
+    mask = b.loss_mask, adv = b.advantages, seq_index = b.seq_index;
+    old = old_logp.defined() ? old_logp : b.rollout_logp;
+  } else {
+    const PaddedBatch b = collate_padded(samples, denominators, o.dtype);
+    const PolicyModel::Output out = model.forward_padded(b, want_entropy);
+    const int64_t rows = b.input_ids.size(0), width = b.input_ids.size(1);
+    logp = out.logp.reshape({-1});
+    if (out.entropy.defined()) entropy = out.entropy.reshape({-1});
+    mask = b.loss_mask.reshape({-1});
+    adv = b.advantages.reshape({-1});
+    old = (old_logp.defined() ? old_logp : b.rollout_logp).reshape({-1});
+    seq_index = torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}).reshape({-1});
+  }
+  const PolicyLoss pl = policy_loss(logp, old, adv, mask, seq_index, o.policy);
+  torch::Tensor per_token = pl.loss;  // (T)
+  MicroOutcome out;
+  const torch::Tensor m = mask != 0;
+  if (ref_logp.defined() && o.kl_coef != 0) {
+    const torch::Tensor kl = kl_penalty(logp, ref_logp.reshape({-1}), o.kl_estimator);
+    per_token = per_token + o.kl_coef * kl;
+    out.kl_sum = torch::where(m, kl.detach(), torch::zeros_like(kl)).sum().item<double>();
+  }
+  if (want_entropy && entropy.defined()) {
+    per_token = per_token - o.entropy_coef * entropy;
+    out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
+  }
+  const AggregatedLoss agg = aggregate_loss(per_token, mask, seq_index, o.loss_agg_mode, denominators);
+  if (agg.loss.requires_grad()) agg.loss.backward();
+  out.loss = agg.loss.item<double>();
+  out.zero_denominator = agg.zero_denominator;
+  out.stats = policy_stats(pl, logp, old, mask);
+  out.samples = static_cast<double>(samples.size());
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+// One micro-batch of the GRPO update: collate (packed or padded), forward through the policy,
+// per-token clipped loss (+ KL, - entropy), aggregation with the mini-batch denominators from
+// the schedule, backward. Gradients accumulate across micros; the caller reduces and steps.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "core/collate.h"
+#include "core/loss.h"
+
+namespace tandem {
+
+// The policy as the update sees it: log-probs of the targets (and entropy when asked) on
+// the batch's token axis: (N) for packed, (B, T) for padded.
+class PolicyModel {
+ public:
+  virtual ~PolicyModel() = default;
+  struct Output {
+    torch::Tensor logp;     // (N) or (B, T)
+    torch::Tensor entropy;  // same shape, or undefined when not asked
+  };
+  virtual Output forward_packed(const PackedBatch& batch, bool with_entropy) = 0;
+  virtual Output forward_padded(const PaddedBatch& batch, bool with_entropy) = 0;
+  virtual std::vector<torch::Tensor> parameters() = 0;
+};
+
+struct UpdateOptions {
+  PolicyLossOptions policy;
+  LossAggMode loss_agg_mode = LossAggMode::kTokenMean;
+  double kl_coef = 0;
+  KlEstimator kl_estimator = KlEstimator::kK3;
+  double entropy_coef = 0;
+  bool packed = true;
+  torch::Dtype dtype = torch::kFloat32;
+};
+
+// Sums over micros and ranks (add them, then divide where a mean is wanted).
+struct MicroOutcome {
+  double loss = 0;           // this micro's share of the mini-batch objective
+  PolicyStats stats;         // clip counts and approx-KL sums over action tokens
+  double kl_sum = 0;         // sum over action tokens of the KL penalty
+  double entropy_sum = 0;    // sum over action tokens of the entropy
+  double samples = 0;
+  bool zero_denominator = false;
+  MicroOutcome& operator+=(const MicroOutcome& o);
+};
+
+// old_logp / ref_logp: per-token tensors on the batch's token axis ((N) packed, (B, T) padded);
+// undefined old_logp means the sampler's (rollout) log-probs; undefined ref_logp means no KL.
+MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
+                         const LossDenominators& denominators, const UpdateOptions& options,
+                         const torch::Tensor& old_logp = {}, const torch::Tensor& ref_logp = {});
+
+}  // namespace tandem

@@ -1,0 +1,276 @@
+// Communicator over NCCL for CUDA tensors: one NCCL communicator and one CUDA stream per group,
+// the unique id broadcast over the group's MPI communicator, counts for the variable-size
+// collectives exchanged over MPI. Each call waits for its stream by polling, so a hung peer
+// is caught by the deadline: the communicator is aborted and the process exits non-zero.
+// Compiled only when CUDA + NCCL are found (TANDEM_WITH_NCCL).
+#ifdef TANDEM_WITH_NCCL
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include "parallel/communicator.h"
+#include "parallel/watchdog.h"
+
+namespace tandem::parallel {
+
+namespace {
+
+#define TANDEM_CUDA_CHECK(call)                                                                   \
+  do {                                                                                            \
+    const cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess)                                                                        \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +   \
+                               #call + " failed: " + cudaGetErrorString(e_));                     \
+  } while (0)
+
+#define TANDEM_NCCL_CHECK(call)                                                                   \
+  do {                                                                                            \
+    const ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess)                                                                        \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +   \
+                               #call + " failed: " + ncclGetErrorString(r_));                     \
+  } while (0)
+
+#define TANDEM_MPI_OK(call)                                                                       \
+  do {                                                                                            \
+    if ((call) != MPI_SUCCESS)                                                                    \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call " failed"); \
+  } while (0)
+
+ncclDataType_t nccl_type(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return ncclFloat32;
+    case torch::kFloat64: return ncclFloat64;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kHalf: return ncclFloat16;
+    case torch::kInt64: return ncclInt64;
+    case torch::kInt32: return ncclInt32;
+    case torch::kUInt8: return ncclUint8;
+    case torch::kInt8: return ncclInt8;
+    default: throw std::invalid_argument("NcclCommunicator: unsupported dtype");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return ncclSum;
+}
+
+int64_t row_elems(const torch::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm mpi, std::string name, double timeout_s) : name_(std::move(name)), timeout_s_(timeout_s) {
+    TANDEM_MPI_OK(MPI_Comm_dup(mpi, &mpi_));
+    int r = 0, s = 0;
+    TANDEM_MPI_OK(MPI_Comm_rank(mpi_, &r));
+    TANDEM_MPI_OK(MPI_Comm_size(mpi_, &s));
+    rank_ = r, size_ = s;
+    ncclUniqueId id;
+    if (rank_ == 0) TANDEM_NCCL_CHECK(ncclGetUniqueId(&id));
+    {
+      WatchdogScope guard(this->name() + " unique id broadcast", timeout_s_);
+      TANDEM_MPI_OK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
+    }
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));  // syncs with the legacy stream
+    WatchdogScope guard(this->name() + " ncclCommInitRank", timeout_s_);
+    TANDEM_NCCL_CHECK(ncclCommInitRank(&comm_, s, id, r));
+  }
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+    if (stream_) cudaStreamDestroy(stream_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&mpi_);
+  }
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return size_; }
+  std::string name() const override { return "nccl:" + name_; }
+
+  void all_reduce(torch::Tensor& t, ReduceOp op) override {
+    torch::Tensor c = cuda_contiguous(t, "all_reduce");
+    TANDEM_NCCL_CHECK(ncclAllReduce(c.data_ptr(), c.data_ptr(), c.numel(), nccl_type(c.scalar_type()), nccl_op(op),
+                                    comm_, stream_));
+    wait("all_reduce");
+    if (!c.is_same(t)) t.copy_(c);
+  }
+
+  torch::Tensor all_gather(const torch::Tensor& t) override {
+    torch::Tensor c = cuda_contiguous(t, "all_gather");
+    std::vector<int64_t> shape = c.sizes().vec();
+    if (shape.empty()) shape.push_back(1);
+    shape[0] *= size_;
+    torch::Tensor out = torch::empty(shape, c.options());
+    TANDEM_NCCL_CHECK(ncclAllGather(c.data_ptr(), out.data_ptr(), c.numel() * c.element_size(), ncclUint8, comm_, stream_));
+    wait("all_gather");
+    return out;
+  }
+
+  torch::Tensor all_gather_v(const torch::Tensor& t) override {
+    torch::Tensor c = cuda_contiguous(t.dim() == 0 ? t.reshape({1}) : t, "all_gather_v");
+    std::vector<int64_t> rows(size_);
+    int64_t mine = c.size(0);
+    {
+      WatchdogScope guard(name() + " all_gather_v counts", timeout_s_);
+      TANDEM_MPI_OK(MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, mpi_));
+    }
+    const int64_t row_bytes = row_elems(c) * c.element_size();
+    std::vector<int64_t> shape = c.sizes().vec();
+    shape[0] = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+    torch::Tensor out = torch::empty(shape, c.options());
+    auto* base = static_cast<uint8_t*>(out.data_ptr());
+    TANDEM_NCCL_CHECK(ncclGroupStart());
+    int64_t off = 0;
+    for (int64_t r = 0; r < size_; ++r) {  // a broadcast rooted at each rank: NCCL has no allgatherv
+      TANDEM_NCCL_CHECK(ncclBroadcast(r == rank_ ? c.data_ptr() : nullptr, base + off * row_bytes,
+                                      rows[r] * row_bytes, ncclUint8, static_cast<int>(r), comm_, stream_));
+      off += rows[r];
+    }
+    TANDEM_NCCL_CHECK(ncclGroupEnd());
+    wait("all_gather_v");
+    return out;
+  }
+
+  torch::Tensor reduce_scatter(const torch::Tensor& t, ReduceOp op) override {
+    torch::Tensor c = cuda_contiguous(t, "reduce_scatter");
+    if (c.dim() == 0 || c.size(0) % size_ != 0)
+      throw std::invalid_argument("reduce_scatter: dim 0 must be a multiple of the group size");
+    std::vector<int64_t> shape = c.sizes().vec();
+    shape[0] /= size_;
+    torch::Tensor out = torch::empty(shape, c.options());
+    TANDEM_NCCL_CHECK(ncclReduceScatter(c.data_ptr(), out.data_ptr(), out.numel(), nccl_type(c.scalar_type()),
+                                        nccl_op(op), comm_, stream_));
+    wait("reduce_scatter");
+    return out;
+  }
+
+  void broadcast(torch::Tensor& t, int64_t root) override {
+    torch::Tensor c = cuda_contiguous(t, "broadcast");
+    TANDEM_NCCL_CHECK(ncclBroadcast(c.data_ptr(), c.data_ptr(), c.numel() * c.element_size(), ncclUint8,
+                                    static_cast<int>(root), comm_, stream_));
+    wait("broadcast");
+    if (!c.is_same(t)) t.copy_(c);
+  }
+
+  torch::Tensor all_to_all_v(const torch::Tensor& send, const std::vector<int64_t>& send_counts,
+                             std::vector<int64_t>* recv_counts) override {
+    torch::Tensor c = cuda_contiguous(send, "all_to_all_v");
+    if (static_cast<int64_t>(send_counts.size()) != size_)
+      throw std::invalid_argument("all_to_all_v: need one send count per rank");
+    std::vector<int64_t> recv(size_);
+    {
+      WatchdogScope guard(name() + " all_to_all_v counts", timeout_s_);
+      TANDEM_MPI_OK(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, mpi_));
+    }
+    const int64_t row_bytes = row_elems(c) * c.element_size();
+    std::vector<int64_t> shape = c.sizes().vec();
+    shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+    torch::Tensor out = torch::empty(shape, c.options());
+    auto* sbase = static_cast<uint8_t*>(c.data_ptr());
+    auto* rbase = static_cast<uint8_t*>(out.data_ptr());
+    int64_t s_off = 0, r_off = 0;
+    TANDEM_NCCL_CHECK(ncclGroupStart());  // variable all-to-all as grouped point-to-point
+    for (int64_t r = 0; r < size_; ++r) {
+      if (send_counts[r] > 0)
+        TANDEM_NCCL_CHECK(ncclSend(sbase + s_off * row_bytes, send_counts[r] * row_bytes, ncclUint8,
+                                   static_cast<int>(r), comm_, stream_));
+      if (recv[r] > 0)
+        TANDEM_NCCL_CHECK(ncclRecv(rbase + r_off * row_bytes, recv[r] * row_bytes, ncclUint8, static_cast<int>(r),
+                                   comm_, stream_));
+      s_off += send_counts[r];
+      r_off += recv[r];
+    }
+    TANDEM_NCCL_CHECK(ncclGroupEnd());
+    wait("all_to_all_v");
+    if (recv_counts) *recv_counts = recv;
+    return out;
+  }
+
+  void barrier() override {
+    WatchdogScope guard(name() + " barrier", timeout_s_);
+    TANDEM_MPI_OK(MPI_Barrier(mpi_));
+  }
+
+ private:
+  torch::Tensor cuda_contiguous(const torch::Tensor& t, const char* what) {
+    if (!t.device().is_cuda()) throw std::invalid_argument(std::string(what) + ": NcclCommunicator needs CUDA tensors");
+    // Work queued on the legacy default stream must finish before NCCL reads the buffer;
+    // stream_ is a blocking stream, so it orders after it.
+    return t.is_contiguous() ? t : t.contiguous();
+  }
+
+  // Polls the stream so a peer that never arrives is caught: abort NCCL, report, exit.
+  void wait(const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) TANDEM_CUDA_CHECK(q);
+      ncclResult_t async = ncclSuccess;
+      TANDEM_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        throw std::runtime_error(name() + " " + what + ": NCCL async error: " + ncclGetErrorString(async));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "tandem: error: collective '%s %s' did not complete within parallel.timeout_s=%.1f s\n",
+                     name().c_str(), what, timeout_s_);
+        ncclCommAbort(comm_);
+        std::_Exit(kTimeoutExitCode);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  MPI_Comm mpi_ = MPI_COMM_NULL;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::string name_;
+  double timeout_s_;
+  int64_t rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups, Axis axis, double timeout_s) {
+  static const char* kNames[] = {"world", "dp", "cp", "tp", "dp_cp"};
+  return std::make_unique<NcclCommunicator>(groups.comm(axis), kNames[static_cast<int>(axis)], timeout_s);
+}
+
+bool nccl_available() { return true; }
+
+}  // namespace tandem::parallel
+
+#else  // built without CUDA + NCCL
+
+#include "core/error.h"
+#include "parallel/communicator.h"
+
+namespace tandem::parallel {
+
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups&, Axis, double) {
+  throw UserError("parallel.backend: this tandem was built without NCCL (CUDA toolkit + NCCL not found at build "
+                  "time); use parallel.backend: mpi or rebuild with CUDA");
+}
+
+bool nccl_available() { return false; }
+
+}  // namespace tandem::parallel
+
+#endif  // TANDEM_WITH_NCCL
