@@ -19,4 +19,11 @@ struct BenchScheduleArgs {
 };
 int run_bench_schedule(const BenchScheduleArgs& args);
 
+struct BenchCommArgs {
+  int64_t min_mib = 1;
+  int64_t max_mib = 256;
+  int64_t iters = 10;
+};
+int run_bench_comm(const BenchCommArgs& args, int rank, int world);
+
 }  // namespace tandem::app

@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "core/config.h"
+#include "parallel/runtime.h"
 
 namespace {
 
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   bench_schedule->add_option("--cost", sched.cost, "cost model")->check(CLI::IsMember({"tokens", "workload"}));
   bench_schedule->add_option("--hidden-size", sched.hidden_size, "hidden size for the workload cost model");
 
+  tandem::app::BenchCommArgs comm_args;
+  CLI::App* bench_comm = bench->add_subcommand("comm", "all-reduce bandwidth, tensor path vs raw MPI (run under mpirun)");
+  bench_comm->add_option("--min-mib", comm_args.min_mib, "smallest buffer (MiB)")->check(CLI::PositiveNumber);
+  bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")->check(CLI::PositiveNumber);
+  bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -73,6 +80,10 @@ int main(int argc, char** argv) {
   try {
     if (*check) return run_check_config(check_args, check_world);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
+    if (*bench_comm) {
+      tandem::parallel::MpiRuntime mpi(&argc, &argv);
+      return tandem::app::run_bench_comm(comm_args, mpi.rank(), mpi.size());
+    }
   } catch (const tandem::UserError& e) {
     std::cerr << "tandem: error: " << e.what() << "\n";
     return 2;

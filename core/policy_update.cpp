@@ -2,6 +2,10 @@
 // a sequence index before the loss core, so the loss code is shared.
 #include "core/policy_update.h"
 
+#include <cmath>
+
+#include "parallel/gradient_reduction.h"
+
 namespace tandem {
 
 MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
@@ -58,6 +62,29 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   out.zero_denominator = agg.zero_denominator;
   out.stats = policy_stats(pl, logp, old, mask);
   out.samples = static_cast<double>(samples.size());
+  return out;
+}
+
+StepOutcome reduce_and_step(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& optimizer,
+                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite) {
+  parallel::all_reduce_gradients(params, grad_comm);
+  const bool finite = parallel::all_ranks_finite(local_loss_finite && parallel::gradients_finite(params), grad_comm);
+  StepOutcome out;
+  if (!finite) {
+    optimizer.zero_grad();
+    return out;
+  }
+  double sq = 0;
+  for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  out.grad_norm = std::sqrt(sq);
+  if (grad_clip > 0 && out.grad_norm > grad_clip) {
+    torch::NoGradGuard no_grad;
+    const double scale = grad_clip / (out.grad_norm + 1e-6);
+    for (const auto& p : params) p.grad().mul_(scale);
+  }
+  optimizer.step();
+  optimizer.zero_grad();
+  out.applied = true;
   return out;
 }
 

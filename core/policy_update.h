@@ -9,6 +9,7 @@
 
 #include "core/collate.h"
 #include "core/loss.h"
+#include "parallel/communicator.h"
 
 namespace tandem {
 
@@ -52,5 +53,16 @@ struct MicroOutcome {
 MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
                          const LossDenominators& denominators, const UpdateOptions& options,
                          const torch::Tensor& old_logp = {}, const torch::Tensor& ref_logp = {});
+
+struct StepOutcome {
+  bool applied = false;    // false: a non-finite loss or gradient on some rank; skipped everywhere
+  double grad_norm = 0;    // global L2 norm of the reduced gradient, before clipping
+};
+
+// Ends a mini-batch: sums gradients over `grad_comm` (dp x cp), agrees on every rank whether the
+// loss and gradients are finite, clips by global norm (grad_clip > 0) and steps the optimizer.
+// A non-finite step is skipped on every rank (gradients zeroed, parameters untouched).
+StepOutcome reduce_and_step(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& optimizer,
+                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite);
 
 }  // namespace tandem

@@ -1,0 +1,25 @@
+// The MPI process runtime: init/finalize, world rank/size, the node-local rank (for picking a
+// GPU), and the job-wide abort used when a rank fails, so no rank is left hanging.
+#pragma once
+
+namespace tandem::parallel {
+
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the processes of this node
+
+  // Ends every rank of the job with `code` (MPI_Abort on MPI_COMM_WORLD). Never returns.
+  [[noreturn]] static void abort_job(int code);
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+};
+
+}  // namespace tandem::parallel
