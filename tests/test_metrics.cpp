@@ -4,6 +4,10 @@
 #include "core/metrics.h"
 #include "fixtures.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 using namespace tandem;
 
 TEST_CASE("aggregate_metrics matches the reference (1e-12 rel)", "[metrics]") {
@@ -43,4 +47,28 @@ TEST_CASE("bad weights are rejected", "[metrics]") {
 TEST_CASE("zero total weight falls back to the plain mean", "[metrics]") {
   const MetricMap got = aggregate_metrics({{{"a", 1.0}}, {{"a", 5.0}}}, {0.0, 0.0});
   CHECK(got.at("a") == 3.0);
+}
+
+TEST_CASE("metrics.jsonl: one line per step, truncated past the resumed step", "[metrics]") {
+  const std::string dir = std::filesystem::temp_directory_path() / ("tandem_metrics_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    MetricsWriter w(dir, -1);
+    for (int64_t s = 1; s <= 5; ++s) w.write(s, {{"reward/mean", 0.1 * s}, {"time/step_s", 1.0}});
+  }
+  auto lines = read_metrics_jsonl(dir + "/metrics.jsonl");
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[2].first == 3);
+  CHECK(lines[2].second.at("reward/mean") == 0.1 * 3);  // full precision round trip
+  {
+    MetricsWriter w(dir, 3);  // resume from the step-3 checkpoint
+    w.write(4, {{"reward/mean", 9.0}});
+  }
+  lines = read_metrics_jsonl(dir + "/metrics.jsonl");
+  REQUIRE(lines.size() == 4);
+  CHECK(lines.back().second.at("reward/mean") == 9.0);
+  CHECK(is_timing_metric("time/step_s"));
+  CHECK_FALSE(is_timing_metric("reward/mean"));
+  std::filesystem::remove_all(dir);
 }
