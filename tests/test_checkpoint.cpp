@@ -64,7 +64,7 @@ TEST_CASE("latest falls back to the newest complete checkpoint when the pointer 
   fs::remove_all(run);
 }
 
-TEST_CASE("--resume resolution", "[checkpoint]") {
+TEST_CASE("resume resolution", "[checkpoint]") {
   const std::string run = fresh_dir("resolve");
   CHECK_FALSE(CheckpointDir::resolve(run, "auto").has_value());  // fresh start
   CHECK_FALSE(CheckpointDir::resolve(run, "").has_value());

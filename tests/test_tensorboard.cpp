@@ -19,8 +19,8 @@ TEST_CASE("crc32c matches the Castagnoli test vectors", "[tensorboard]") {
   CHECK(crc32c(zeros.data(), zeros.size()) == 0x8A9136AAu);
 }
 
-// Hidden ([.writer]): writes an event file to $TANDEM_TB_OUT for the Python reader.
-TEST_CASE("write an event file for the python reader", "[.writer][tensorboard]") {
+// Hidden ([.tbwriter]): writes an event file to $TANDEM_TB_OUT for the Python reader.
+TEST_CASE("write an event file for the python reader", "[.tbwriter]") {
   const char* dir = std::getenv("TANDEM_TB_OUT");
   REQUIRE(dir != nullptr);
   TensorBoardWriter w(dir);
