@@ -1,0 +1,32 @@
+// The name -> implementation table for AR rewards.
+#include "core/rewards/reward_factory.h"
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rewards/math_answer.h"
+#include "core/rewards/reward_process.h"
+#include "core/rewards/text_match.h"
+
+namespace tandem::rewards {
+
+std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::optional<std::string>& command,
+                                      double timeout_s) {
+  if (kind == "exact_match") return std::make_unique<ExactMatchReward>();
+  if (kind == "partial_match") return std::make_unique<PartialMatchReward>();
+  if (kind == "math_answer") return std::make_unique<MathAnswerReward>();
+  if (kind == "command") {
+    if (!command || command->empty()) throw UserError("reward kind command: reward.command is required");
+    return std::make_unique<RewardProcess>(RewardProcessOptions{*command, timeout_s, true});
+  }
+  std::string list, nearest;
+  size_t best = std::string::npos;
+  for (const auto& name : ar_reward_names()) {
+    list += (list.empty() ? "" : "|") + name;
+    const size_t d = edit_distance(kind, name);
+    if (d < best) best = d, nearest = name;
+  }
+  throw UserError("unknown AR reward '" + kind + "'; expected one of " + list +
+                  (best <= 2 ? " (did you mean " + nearest + "?)" : ""));
+}
+
+}  // namespace tandem::rewards

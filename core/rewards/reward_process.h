@@ -1,0 +1,66 @@
+// The `command` reward: a long-lived child process (/bin/sh -c <command>) that reads one JSON
+// request per sample on stdin and answers one JSON line each on stdout, bounded by a timeout.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/rewards/reward_fn.h"
+
+namespace tandem::rewards {
+
+// Protocol, one line each way per sample, in order:
+//   request  {"answer": "...", "index": 7, "prompt": "...", "response": "..."}
+//   answer   {"reward": 0.5}          (other keys are ignored; the reward must be a finite number)
+// Requests are pipelined: the whole batch is written while answers are read, so a child may
+// answer line by line or read several lines first.
+struct RewardProcessOptions {
+  std::string command;
+  double timeout_s = 30.0;     // the longest wait for any one answer line
+  bool forward_stderr = true;  // copy the child's stderr to ours as it arrives (it is captured too)
+};
+
+// Not thread-safe: one caller at a time (the trainer scores from one thread).
+class RewardProcess : public RewardFn {
+ public:
+  // Starts the child. Throws UserError for an empty command, a timeout that is not > 0, or a
+  // failed spawn. Ignores SIGPIPE process-wide (if it still has its default action) so that
+  // writing to a dead child is an error, not the end of the trainer; the child gets the default.
+  explicit RewardProcess(RewardProcessOptions options);
+  // Closes the child's stdin, gives it a moment to exit, then kills its process group and reaps it.
+  ~RewardProcess() override;
+  RewardProcess(const RewardProcess&) = delete;
+  RewardProcess& operator=(const RewardProcess&) = delete;
+
+  // Throws UserError naming the sample index, the command and what happened when the child exits
+  // or closes its stdout, stays silent past timeout_s, or answers something malformed (with the
+  // tail of its stderr). The child is then killed and reaped; the next call starts a fresh one.
+  std::vector<double> score(const std::vector<RewardInput>& inputs) override;
+  std::string name() const override { return "command"; }
+
+  // The running child's pid (also its process group id), or -1 when none runs.
+  pid_t child_pid() const { return pid_; }
+
+ private:
+  void start();
+  // Kills the child's process group (after a grace period when `graceful`), reaps it, closes the
+  // pipes. Returns how the child ended, for messages.
+  std::string stop(bool graceful);
+  [[noreturn]] void fail(int64_t sample_index, const std::string& what, bool child_ended);
+  void read_stderr();
+  void check_unsolicited(int64_t first_index);
+  std::string stderr_summary() const;
+
+  RewardProcessOptions options_;
+  pid_t pid_ = -1;
+  int in_fd_ = -1;   // the child's stdin (we write)
+  int out_fd_ = -1;  // the child's stdout (we read)
+  int err_fd_ = -1;  // the child's stderr (we read)
+  std::string out_buffer_;
+  std::string err_tail_;
+};
+
+}  // namespace tandem::rewards

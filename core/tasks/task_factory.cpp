@@ -1,0 +1,41 @@
+// The name -> implementation table for AR prompt sources.
+#include "core/tasks/task_factory.h"
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/tasks/dataset_source.h"
+#include "core/tasks/jsonl_dataset.h"
+
+namespace tandem::tasks {
+
+namespace {
+std::string unknown_name_message(const std::string& what, const std::string& name,
+                                 const std::vector<std::string>& names) {
+  std::string list, nearest;
+  size_t best = std::string::npos;
+  for (const auto& n : names) {
+    list += (list.empty() ? "" : "|") + n;
+    const size_t d = edit_distance(name, n);
+    if (d < best) best = d, nearest = n;
+  }
+  std::string msg = "unknown " + what + " '" + name + "'; expected one of " + list;
+  if (best <= 2) msg += " (did you mean " + nearest + "?)";
+  return msg;
+}
+}  // namespace
+
+std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const std::optional<std::string>& path,
+                                                 const std::string& prompt_key, const std::string& answer_key,
+                                                 bool shuffle, int64_t seed,
+                                                 const std::optional<SyntheticOptions>& synthetic) {
+  if (const auto kind = synthetic_task_from_name(task))
+    return std::make_unique<SyntheticSource>(*kind, synthetic.value_or(default_synthetic_options(*kind)), seed);
+  if (task == "jsonl") {
+    if (!path || path->empty()) throw UserError("task jsonl: data.path is required (the JSONL prompt file)");
+    return std::make_unique<DatasetSource>(load_jsonl_prompts(*path, prompt_key, answer_key), shuffle, seed,
+                                           "jsonl " + *path);
+  }
+  throw UserError(unknown_name_message("AR task", task, ar_task_names()));
+}
+
+}  // namespace tandem::tasks

@@ -1,0 +1,24 @@
+// Builds the AR track's prompt source from the recipe's tracks.ar.data fields (passed as plain
+// arguments so the factory is testable without a recipe).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/tasks/prompt_source.h"
+#include "core/tasks/synthetic.h"
+
+namespace tandem::tasks {
+
+// `task` is one of ar_task_names() (core/config.h): a synthetic task, whose difficulty is
+// `synthetic` or the task's default, or "jsonl", which needs `path`. `shuffle` applies to datasets
+// only (generated prompts are already random). Throws UserError for an unknown task (with the
+// nearest name), a missing path, or any dataset error.
+std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const std::optional<std::string>& path,
+                                                 const std::string& prompt_key, const std::string& answer_key,
+                                                 bool shuffle, int64_t seed,
+                                                 const std::optional<SyntheticOptions>& synthetic = std::nullopt);
+
+}  // namespace tandem::tasks
