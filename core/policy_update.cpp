@@ -2,6 +2,7 @@
 // a sequence index before the loss core, so the loss code is shared.
 #include "core/policy_update.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "parallel/gradient_reduction.h"
@@ -17,6 +18,7 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
   kl_sum += o.kl_sum;
   entropy_sum += o.entropy_sum;
   samples += o.samples;
+  ratio_max_dev = std::max(ratio_max_dev, o.ratio_max_dev);
   zero_denominator = zero_denominator || o.zero_denominator;
   return *this;
 }
@@ -24,7 +26,7 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
 MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
                          const LossDenominators& denominators, const UpdateOptions& o, const torch::Tensor& old_logp,
                          const torch::Tensor& ref_logp) {
-  const bool want_entropy = o.entropy_coef != 0;
+  const bool want_entropy = o.entropy_coef != 0 || o.report_entropy;
   torch::Tensor logp, entropy, mask, adv, old, seq_index;  // all (T) flat
   if (o.packed) {
     const PackedBatch b = collate_packed(samples, denominators, o.dtype);
@@ -43,6 +45,7 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
     old = (old_logp.defined() ? old_logp : b.rollout_logp).reshape({-1});
     seq_index = torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}).reshape({-1});
   }
+  if (o.reuse_old_logp) old = logp.detach();
   const PolicyLoss pl = policy_loss(logp, old, adv, mask, seq_index, o.policy);
   torch::Tensor per_token = pl.loss;  // (T)
   MicroOutcome out;
@@ -52,15 +55,19 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
     per_token = per_token + o.kl_coef * kl;
     out.kl_sum = torch::where(m, kl.detach(), torch::zeros_like(kl)).sum().item<double>();
   }
-  if (want_entropy && entropy.defined()) {
+  if (o.entropy_coef != 0 && entropy.defined()) {
     per_token = per_token - o.entropy_coef * entropy;
     out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
   }
   const AggregatedLoss agg = aggregate_loss(per_token, mask, seq_index, o.loss_agg_mode, denominators);
-  if (agg.loss.requires_grad()) agg.loss.backward();
+  if (agg.loss.requires_grad()) (o.loss_weight == 1 ? agg.loss : agg.loss * o.loss_weight).backward();
   out.loss = agg.loss.item<double>();
   out.zero_denominator = agg.zero_denominator;
   out.stats = policy_stats(pl, logp, old, mask);
+  if (o.report_entropy && o.entropy_coef == 0 && entropy.defined())
+    out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
+  if (m.any().item<bool>())
+    out.ratio_max_dev = (pl.ratio.detach() - 1).abs().masked_select(m).max().item<double>();
   out.samples = static_cast<double>(samples.size());
   return out;
 }

@@ -35,6 +35,9 @@ struct UpdateOptions {
   double entropy_coef = 0;
   bool packed = true;
   torch::Dtype dtype = torch::kFloat32;
+  double loss_weight = 1;       // the track's weight in a unified step (scales the gradient only)
+  bool reuse_old_logp = false;  // old_logp = the training forward's own detached log-probs
+  bool report_entropy = false;  // compute entropy for metrics even when entropy_coef is 0
 };
 
 // Sums over micros and ranks (add them, then divide where a mean is wanted).
@@ -44,6 +47,7 @@ struct MicroOutcome {
   double kl_sum = 0;         // sum over action tokens of the KL penalty
   double entropy_sum = 0;    // sum over action tokens of the entropy
   double samples = 0;
+  double ratio_max_dev = 0;  // max over action tokens of |ratio - 1| (a max, not a sum)
   bool zero_denominator = false;
   MicroOutcome& operator+=(const MicroOutcome& o);
 };

@@ -1,0 +1,339 @@
+// The AR track's step. Every rank of a dp group (its tp / cp peers) runs the same rollout with
+// the same seeds, so they hold identical samples; the exchange and the metrics reduce over dp.
+#include "core/ar_track.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/advantage.h"
+#include "core/error.h"
+#include "core/rewards/reward_factory.h"
+#include "core/tasks/task_factory.h"
+#include "models/llama/sampler.h"
+#include "models/llama/weights.h"
+#include "models/safetensors.h"
+
+namespace tandem {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
+  if (t.kind == TokenizerKind::kChar) return models::make_char_tokenizer(t.alphabet);
+  return models::load_hf_tokenizer(*t.path);
+}
+
+std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/step_%06lld.dp%lld.bin", static_cast<long long>(step), static_cast<long long>(dp_rank));
+  return dir + buf;
+}
+
+}  // namespace
+
+ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype)
+    : config_(config), comms_(comms), device_(device), dtype_(dtype) {
+  const ArTrackConfig& ar = config.tracks.ar;
+  dp_rank_ = comms.dp->rank();
+  dp_size_ = comms.dp->size();
+  tokenizer_ = make_tokenizer(ar.tokenizer);
+  if (ar.model.vocab_size < tokenizer_->vocab_size())
+    throw UserError("tracks.ar.model.vocab_size: " + std::to_string(ar.model.vocab_size) +
+                    " is smaller than the tokenizer's vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
+                    "); raise it");
+  const parallel::ParallelContext ctx = parallel::ParallelContext::from(comms.model_tp, comms.model_cp);
+  models::LlamaForCausalLM model{nullptr};
+  if (ar.model.hf_dir) {
+    model = models::load_llama(*ar.model.hf_dir, ctx, dtype);
+  } else {
+    model = models::LlamaForCausalLM(llama_config(ar.model), ctx, static_cast<uint64_t>(config.run.seed));
+    model->to(dtype);
+  }
+  model->to(device);
+  if (ar.algo.kl.coef > 0) {
+    models::LlamaForCausalLM ref(llama_config(ar.model), ctx, std::nullopt);
+    ref->to(dtype);
+    ref->to(device);
+    torch::NoGradGuard no_grad;
+    const auto src = model->named_parameters();
+    for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
+    reference_ = std::make_unique<LlamaPolicy>(ref);
+  }
+  policy_ = std::make_unique<LlamaPolicy>(model);
+  prompts_ = tasks::make_prompt_source(ar.data.task, ar.data.path, ar.data.prompt_key, ar.data.answer_key,
+                                       ar.data.shuffle, config.run.seed);
+  reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
+  geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
+  update_.policy.clip_low = ar.algo.clip_low;
+  update_.policy.clip_high = ar.algo.clip_high;
+  update_.policy.clip_c = ar.algo.clip_c;
+  update_.policy.ratio = ar.algo.ratio;
+  update_.loss_agg_mode = geometry_.loss_agg_mode;
+  update_.kl_coef = ar.algo.kl.coef;
+  update_.kl_estimator = ar.algo.kl.estimator;
+  update_.entropy_coef = ar.algo.entropy_coef;
+  update_.packed = true;
+  update_.dtype = dtype;
+  update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
+  update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
+}
+
+std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto shard = tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_);
+  models::SamplingParams sp;
+  sp.temperature = ar.rollout.temperature;
+  sp.top_p = ar.rollout.top_p;
+  sp.top_k = ar.rollout.top_k;
+  sp.max_new_tokens = ar.rollout.max_new_tokens;
+  sp.vocab_limit = tokenizer_->vocab_size();
+  if (auto eos = tokenizer_->eos_id()) sp.stop_ids.push_back(*eos);
+  for (const std::string& s : ar.rollout.stop) {
+    const auto ids = tokenizer_->encode(s);
+    if (ids.size() == 1) sp.stop_ids.push_back(ids[0]);
+    else if (!ids.empty()) sp.stop_sequences.push_back(ids);
+  }
+  std::vector<models::GenerationRequest> requests;
+  std::vector<std::vector<int64_t>> prompt_ids;
+  for (const auto& p : shard) {
+    std::vector<int64_t> ids;
+    if (auto bos = tokenizer_->bos_id()) ids.push_back(*bos);
+    const auto body = tokenizer_->encode(p.prompt.text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (static_cast<int64_t>(ids.size()) + ar.rollout.max_new_tokens > ar.model.max_seq_len)
+      throw UserError("prompt " + std::to_string(p.prompt.id) + " has " + std::to_string(ids.size()) +
+                      " tokens; with rollout.max_new_tokens " + std::to_string(ar.rollout.max_new_tokens) +
+                      " it exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len));
+    prompt_ids.push_back(ids);
+    for (int64_t k = 0; k < ar.rollout.group_size; ++k)
+      requests.push_back({ids, models::sample_seed(config_.run.seed, step, p.slot, k)});
+  }
+  const auto gens = models::generate(*policy_->model(), requests, sp);
+  metrics["time/generate_s"] = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<ArSample> samples;
+  std::vector<rewards::RewardInput> inputs;
+  for (size_t j = 0; j < shard.size(); ++j)
+    for (int64_t k = 0; k < ar.rollout.group_size; ++k) {
+      const auto& g = gens[j * ar.rollout.group_size + k];
+      ArSample s;
+      s.tokens = prompt_ids[j];
+      s.prompt_len = static_cast<int64_t>(s.tokens.size());
+      s.tokens.insert(s.tokens.end(), g.tokens.begin(), g.tokens.end());
+      s.response_mask.assign(g.tokens.size(), 1);
+      s.rollout_logp = g.logp;
+      s.group_id = shard[j].slot;
+      s.index = shard[j].slot * ar.rollout.group_size + k;
+      inputs.push_back({shard[j].prompt.text, tokenizer_->decode(g.tokens, /*skip_special=*/true),
+                        shard[j].prompt.answer, s.index});
+      samples.push_back(std::move(s));
+    }
+  const std::vector<double> r = reward_->score(inputs);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].reward = r[i];
+  metrics["time/reward_s"] = seconds_since(t1);
+  return samples;
+}
+
+std::vector<ArSample> ArTrack::replay(int64_t step) {
+  // Every rank reads the whole step and keeps its groups, so a dump replays at any dp.
+  const std::string dir = *config_.tracks.ar.rollout.replay_dir;
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "step_%06lld.", static_cast<long long>(step));
+  std::vector<ArSample> out;
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+    found = true;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (auto& s : deserialize_samples(bytes.data(), bytes.size()))
+      if (s.group_id % dp_size_ == dp_rank_) out.push_back(std::move(s));
+  }
+  if (!found)
+    throw UserError("tracks.ar.rollout.replay_dir: no dumped rollout for step " + std::to_string(step) + " in " + dir);
+  return out;
+}
+
+void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
+  if (comms_.tp->rank() != 0 || comms_.cp->rank() != 0) return;  // tp / cp peers hold the same samples
+  const std::string dir = config_.run.out_dir + "/" + config_.run.name + "/rollouts";
+  std::filesystem::create_directories(dir);
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const auto bytes = serialize_samples(ptrs);
+  const std::string path = dump_path(dir, step, dp_rank_);
+  std::ofstream(path + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+void ArTrack::prepare(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  std::vector<ArSample> local = ar.rollout.replay_dir ? replay(step) : rollout(step, metrics);
+  // Rewards and lengths over all samples of the step (before any filtering).
+  double stats[4] = {0, 0, 0, 0};  // n, sum r, sum r^2, sum response length
+  double max_len = 0;
+  for (const auto& s : local) {
+    stats[0] += 1, stats[1] += s.reward, stats[2] += s.reward * s.reward, stats[3] += s.response_len();
+    max_len = std::max(max_len, static_cast<double>(s.response_len()));
+  }
+  torch::Tensor st = torch::tensor(std::vector<double>(stats, stats + 4), torch::kFloat64);
+  comms_.dp->all_reduce(st);
+  torch::Tensor mx = torch::tensor({max_len}, torch::kFloat64);
+  comms_.dp->all_reduce(mx, parallel::ReduceOp::kMax);
+  const double n = st[0].item<double>();
+  const double mean = n > 0 ? st[1].item<double>() / n : 0;
+  metrics["reward/mean"] = mean;
+  metrics["reward/std"] = n > 1 ? std::sqrt(std::max(0.0, (st[2].item<double>() - n * mean * mean) / (n - 1))) : 0;
+  metrics["response/len_mean"] = n > 0 ? st[3].item<double>() / n : 0;
+  metrics["response/len_max"] = mx.item<double>();
+  metrics["rollout/samples"] = n;
+
+  if (!ar.rollout.replay_dir) {
+    if (ar.algo.filter_zero_variance_groups) {
+      std::map<int64_t, std::pair<double, double>> range;  // group -> (min, max) reward
+      for (const auto& s : local) {
+        auto [it, fresh] = range.emplace(s.group_id, std::make_pair(s.reward, s.reward));
+        if (!fresh) it->second.first = std::min(it->second.first, s.reward), it->second.second = std::max(it->second.second, s.reward);
+      }
+      const size_t before = local.size();
+      local.erase(std::remove_if(local.begin(), local.end(),
+                                 [&](const ArSample& s) { return range[s.group_id].first == range[s.group_id].second; }),
+                  local.end());
+      torch::Tensor dropped = torch::tensor({static_cast<double>(before - local.size())}, torch::kFloat64);
+      comms_.dp->all_reduce(dropped);
+      metrics["rollout/filtered_samples"] = dropped.item<double>();
+    }
+    std::vector<double> rewards;
+    std::vector<int64_t> groups;
+    for (const auto& s : local) rewards.push_back(s.reward), groups.push_back(s.group_id);
+    AdvantageOptions ao;
+    ao.norm_by_std = ar.algo.norm_by_std;
+    ao.eps = ar.algo.adv_eps;
+    ao.clip = ar.algo.adv_clip;
+    const torch::Tensor adv = grpo_advantages(torch::tensor(rewards, torch::kFloat64), torch::tensor(groups), ao);
+    for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+    if (ar.rollout.dump) dump(step, local);
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  directory_ = gather_directory(local, *comms_.dp);
+  ScheduleOptions so;
+  so.dp = dp_size_;
+  so.num_mini_batches = config_.train.num_mini_batches;
+  so.micro_batch_size = geometry_.micro_batch_size;
+  so.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
+  schedule_ = build_schedule(directory_.costs, so);
+  mine_ = exchange_samples(local, directory_, destinations(schedule_, directory_.ids.size()), *comms_.dp);
+  const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
+  metrics["schedule/balance"] = ss.balance;
+  metrics["schedule/micros"] = static_cast<double>(ss.micros);
+  metrics["time/exchange_s"] = seconds_since(t0);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  old_logp_.clear();
+  if (ar.algo.old_logp == OldLogp::kRecompute) old_logp_ = forward_micros(*policy_, &metrics);
+  metrics["time/old_logp_s"] = seconds_since(t1);
+  const auto t2 = std::chrono::steady_clock::now();
+  ref_logp_.clear();
+  if (reference_) ref_logp_ = forward_micros(*reference_, nullptr);
+  metrics["time/ref_logp_s"] = seconds_since(t2);
+  outcome_ = MicroOutcome{};
+}
+
+std::vector<const ArSample*> ArTrack::micro_samples(const MicroBatch& micro) const {
+  std::vector<const ArSample*> out;
+  for (int64_t position : micro.samples) {
+    const int64_t id = directory_.ids[position];
+    auto it = std::lower_bound(mine_.begin(), mine_.end(), id, [](const ArSample& s, int64_t v) { return s.index < v; });
+    if (it == mine_.end() || it->index != id) throw std::logic_error("ArTrack: scheduled sample missing after exchange");
+    out.push_back(&*it);
+  }
+  return out;
+}
+
+std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(LlamaPolicy& policy, MetricMap* metrics) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> out;
+  double ent_sum = 0, tokens = 0;
+  for (const auto& mini : schedule_.minis) {
+    out.emplace_back();
+    for (const auto& micro : mini.ranks[dp_rank_].micros) {
+      const PackedBatch b = collate_packed(micro_samples(micro), micro.denominators, dtype_);
+      const auto o = policy.forward_packed(b, metrics != nullptr);
+      out.back().push_back(o.logp.detach());
+      if (metrics && o.entropy.defined()) {
+        const torch::Tensor m = b.loss_mask.to(o.entropy.device()) != 0;
+        ent_sum += o.entropy.masked_select(m).sum().item<double>();
+        tokens += m.sum().item<double>();
+      }
+    }
+  }
+  if (metrics) {
+    torch::Tensor t = torch::tensor({ent_sum, tokens}, torch::kFloat64);
+    comms_.dp->all_reduce(t);
+    (*metrics)["entropy"] = t[1].item<double>() > 0 ? t[0].item<double>() / t[1].item<double>() : 0;
+  }
+  return out;
+}
+
+void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
+  const auto t0 = std::chrono::steady_clock::now();
+  UpdateOptions o = update_;
+  o.loss_weight = weight;
+  const auto& micros = schedule_.minis[mini].ranks[dp_rank_].micros;
+  for (size_t k = 0; k < micros.size(); ++k) {
+    const torch::Tensor old = old_logp_.empty() ? torch::Tensor() : old_logp_[mini][k];
+    const torch::Tensor ref = ref_logp_.empty() ? torch::Tensor() : ref_logp_[mini][k];
+    MicroOutcome m = train_micro(*policy_, micro_samples(micros[k]), micros[k].denominators, o, old, ref);
+    if (mini == 0) metrics["pg/first_ratio_max_dev"] = std::max(metrics["pg/first_ratio_max_dev"], m.ratio_max_dev);
+    outcome_ += m;
+  }
+  metrics["time/train_s"] += seconds_since(t0);
+}
+
+void ArTrack::finish(MetricMap& metrics) {
+  const MicroOutcome& o = outcome_;
+  torch::Tensor t = torch::tensor({o.loss, o.stats.tokens, o.stats.clipped, o.stats.dual_clipped,
+                                   o.stats.approx_kl_sum, o.kl_sum, o.entropy_sum, o.samples},
+                                  torch::kFloat64);
+  comms_.dp->all_reduce(t);
+  torch::Tensor dev = torch::tensor({metrics["pg/first_ratio_max_dev"], o.ratio_max_dev}, torch::kFloat64);
+  comms_.dp->all_reduce(dev, parallel::ReduceOp::kMax);
+  const double tokens = t[1].item<double>();
+  auto per_token = [&](int i) { return tokens > 0 ? t[i].item<double>() / tokens : 0.0; };
+  metrics["loss"] = t[0].item<double>() / static_cast<double>(schedule_.minis.size());
+  metrics["pg/clipfrac"] = per_token(2);
+  metrics["pg/dual_clipfrac"] = per_token(3);
+  metrics["pg/approx_kl"] = per_token(4);
+  metrics["pg/first_ratio_max_dev"] = dev[0].item<double>();
+  metrics["pg/ratio_max_dev"] = dev[1].item<double>();
+  if (reference_) metrics["kl"] = per_token(5);
+  if (config_.tracks.ar.algo.old_logp != OldLogp::kRecompute) metrics["entropy"] = per_token(6);
+  metrics["train/action_tokens"] = tokens;
+  // Each action token is trained once per step; tp / cp peers count the same tokens once.
+  metrics["perf/train_tokens_per_s"] = metrics["time/train_s"] > 0 ? tokens / metrics["time/train_s"] : 0;
+}
+
+void ArTrack::save(const std::string& dir) {
+  models::save_llama(*policy_->model(), dir + "/ar_model", comms_.world->rank() == 0);
+}
+
+void ArTrack::load(const std::string& dir) {
+  const std::string path = dir + "/ar_model";
+  models::load_hf_state(*policy_->model(), models::load_hf_weights(path), path);
+}
+
+nlohmann::json ArTrack::state() const { return {{"data_cursor", prompts_->cursor()}}; }
+
+void ArTrack::restore(const nlohmann::json& state) { prompts_->restore(tasks::cursor_from_json(state.at("data_cursor"))); }
+
+}  // namespace tandem
