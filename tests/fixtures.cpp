@@ -1,6 +1,8 @@
 // Fixture loading for the numerics tests.
 #include "fixtures.h"
 
+#include <stdlib.h>
+
 #include <fstream>
 #include <stdexcept>
 
@@ -31,5 +33,16 @@ double max_rel_error(const torch::Tensor& a, const torch::Tensor& b, double floo
 }
 
 double rel_error(double a, double b, double floor) { return std::abs(a - b) / std::max(std::abs(b), floor); }
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
 
 }  // namespace tandem::test

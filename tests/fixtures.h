@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,5 +17,19 @@ torch::Tensor to_index(const nlohmann::json& values);  // int64
 // max over elements of |a-b| / max(|b|, floor); floor keeps near-zero entries from dominating.
 double max_rel_error(const torch::Tensor& a, const torch::Tensor& b, double floor = 1e-300);
 double rel_error(double a, double b, double floor = 1e-300);
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "tandem_test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace tandem::test

@@ -31,25 +31,6 @@ const nlohmann::json& expected() {
   return j;
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tandem_st_XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   REQUIRE(in);
@@ -183,7 +164,7 @@ TEST_CASE("read_safetensors_header reports the layout without loading data", "[s
 }
 
 TEST_CASE("save_safetensors writes the reference files byte for byte", "[safetensors]") {
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   for (const auto& [file, want] : expected()["files"].items()) {
     INFO(file);
     // Built from the expected values, not from the loaded file, so the writer stands alone.
@@ -216,7 +197,7 @@ TEST_CASE("every dtype round-trips bitwise, whatever the input layout", "[safete
   tensors["sliced"] = torch::arange(20, torch::kInt64).slice(0, 5, 17, 3);       // [4], storage offset
   tensors["grad"] = torch::randn({2}).requires_grad_(true);                      // [2]
 
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   save_safetensors(dir.file("rt.safetensors"), tensors, {{"k", "v"}});
   check_same_maps(load_safetensors(dir.file("rt.safetensors")), tensors);
 
@@ -230,7 +211,7 @@ TEST_CASE("every dtype round-trips bitwise, whatever the input layout", "[safete
 }
 
 TEST_CASE("save_safetensors replaces files atomically and rejects what the format cannot hold", "[safetensors]") {
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("x.safetensors");
   save_safetensors(path, {{"a", torch::ones({2})}});
   save_safetensors(path, {{"b", torch::zeros({3}, torch::kInt8)}});
@@ -258,7 +239,7 @@ TEST_CASE("save_safetensors replaces files atomically and rejects what the forma
 }
 
 TEST_CASE("header validation names the file and the problem", "[safetensors]") {
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("bad.safetensors");
   const std::string f8(8, '\x01');  // 8 data bytes: two F32
   const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
@@ -314,7 +295,7 @@ TEST_CASE("header validation names the file and the problem", "[safetensors]") {
 }
 
 TEST_CASE("the reader accepts every valid variation of the format", "[safetensors]") {
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("ok.safetensors");
   float v[2] = {1.5f, -2.0f};
   const std::string f8(reinterpret_cast<const char*>(v), 8);
@@ -336,7 +317,7 @@ TEST_CASE("the reader accepts every valid variation of the format", "[safetensor
 
 TEST_CASE("fuzz: every truncation of a valid file is a UserError", "[safetensors]") {
   const std::string bytes = read_bytes(fixture_path("all_dtypes.safetensors"));
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("cut.safetensors");
   for (size_t cut = 0; cut < bytes.size(); ++cut) {  // every header offset and every data offset
     write_bytes(path, bytes.substr(0, cut));
@@ -348,7 +329,7 @@ TEST_CASE("fuzz: every truncation of a valid file is a UserError", "[safetensors
 TEST_CASE("fuzz: absurd header lengths are UserErrors", "[safetensors]") {
   const std::string bytes = read_bytes(fixture_path("all_dtypes.safetensors"));
   const uint64_t n = read_safetensors_header(fixture_path("all_dtypes.safetensors")).header_bytes;
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("len.safetensors");
   for (uint64_t len : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(7), uint64_t(8), n - 8, n - 1, n + 1, n + 8,
                        uint64_t(bytes.size() - 8), uint64_t(bytes.size() - 7), uint64_t(100'000'000),
@@ -363,7 +344,7 @@ TEST_CASE("fuzz: corrupted headers load or throw UserError, never crash", "[safe
   const std::string bytes = read_bytes(fixture_path("all_dtypes.safetensors"));
   const size_t header_end = 8 + read_safetensors_header(fixture_path("all_dtypes.safetensors")).header_bytes;
   const std::string syntax = "{}[]\":, 0123456789-.eE";
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string path = dir.file("fuzz.safetensors");
   std::mt19937_64 rng(20240612);
   int loaded = 0;
@@ -407,7 +388,7 @@ TEST_CASE("load_hf_weights and read_hf_config read the sharded reference directo
 TEST_CASE("save_hf_weights shards like the reference, and switches layouts cleanly", "[safetensors]") {
   const nlohmann::json& want = expected()["hf_sharded"];
   const TensorMap tensors = expected_tensors(want["tensors"]);
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   save_hf_weights(dir.str(), tensors, want["max_shard_bytes"].get<uint64_t>());
   for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", kHfIndexFile}) {
     INFO(f);
@@ -438,7 +419,7 @@ TEST_CASE("save_hf_weights shards like the reference, and switches layouts clean
 }
 
 TEST_CASE("load_hf_weights rejects inconsistent directories", "[safetensors]") {
-  TempDir dir;
+  test::TempDir dir("tandem_st");
   const std::string index = dir.file(kHfIndexFile);
   auto fresh = [&] {
     fs::remove_all(dir.str());

@@ -1,0 +1,40 @@
+// Self-attention: project, rotate, (gather K/V over cp), attend, project back.
+#include "models/llama/attention.h"
+
+namespace tandem::models {
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
+    : head_dim_(c.head_dim()), local_heads_(c.num_heads / ctx.tp_size), local_kv_heads_(c.num_kv_heads / ctx.tp_size) {
+  const int64_t d = head_dim_;
+  q_proj =
+      register_module("q_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_heads * d, c.qkv_bias, ctx, d));
+  k_proj =
+      register_module("k_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_kv_heads * d, c.qkv_bias, ctx, d));
+  v_proj =
+      register_module("v_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_kv_heads * d, c.qkv_bias, ctx, d));
+  o_proj = register_module("o_proj", parallel::RowParallelLinear(c.num_heads * d, c.hidden_size, false, ctx, d));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout) {
+  const int64_t n = x.size(0), d = head_dim_;
+  const torch::Tensor q = apply_rotary(q_proj(x).view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
+  torch::Tensor k = apply_rotary(k_proj(x).view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
+  torch::Tensor v = v_proj(x).view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
+  torch::Tensor out;                                                                          // (N, H_l, D)
+  if (layout.padded()) {
+    const int64_t b = layout.batch, t = layout.width;
+    out = padded_attention(q.view({b, t, local_heads_, d}), k.view({b, t, local_kv_heads_, d}),
+                           v.view({b, t, local_kv_heads_, d}), layout.key_valid)
+              .reshape({n, local_heads_, d});
+  } else {
+    if (layout.cp_shard != nullptr) {
+      const torch::Tensor kv = parallel::cp_gather_kv(torch::cat({k, v}, -1), *layout.cp_shard, layout.cp);
+      k = kv.narrow(-1, 0, d);  // (N_full, H_kv_l, D)
+      v = kv.narrow(-1, d, d);
+    }
+    out = packed_attention(q, k, v, layout.segments);
+  }
+  return o_proj(out.reshape({n, local_heads_ * d}));  // (N, hidden)
+}
+
+}  // namespace tandem::models

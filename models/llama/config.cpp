@@ -1,0 +1,160 @@
+// HF config.json <-> LlamaConfig, strict about every field it reads and every feature it lacks.
+#include "models/llama/config.h"
+
+#include "core/error.h"
+
+namespace tandem::models {
+
+namespace {
+
+class Fields {
+ public:
+  Fields(const nlohmann::json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  int64_t integer(const char* key) const {
+    const nlohmann::json& v = required(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer");
+    return v.get<int64_t>();
+  }
+  int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+  double number(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_number()) fail(key, "must be a number");
+    return j_.at(key).get<double>();
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_boolean()) fail(key, "must be true or false");
+    return j_.at(key).get<bool>();
+  }
+  std::string string(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_string()) fail(key, "must be a string");
+    return j_.at(key).get<std::string>();
+  }
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw UserError(source_ + ": " + key + " " + what);
+  }
+
+ private:
+  const nlohmann::json& required(const char* key) const {
+    if (!has(key)) fail(key, "is missing");
+    return j_.at(key);
+  }
+  const nlohmann::json& j_;
+  std::string source_;
+};
+
+void require_positive(const char* field, int64_t v) {
+  if (v <= 0) throw UserError(std::string("llama config: ") + field + " must be positive, got " + std::to_string(v));
+}
+
+const char* dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat64:
+      return "float64";
+    case torch::kBFloat16:
+      return "bfloat16";
+    case torch::kFloat16:
+      return "float16";
+    default:
+      throw UserError("llama config: no HF name for dtype " + std::string(c10::toString(dtype)));
+  }
+}
+
+}  // namespace
+
+void LlamaConfig::validate() const {
+  require_positive("vocab_size", vocab_size);
+  require_positive("hidden_size", hidden_size);
+  require_positive("num_layers", num_layers);
+  require_positive("num_heads", num_heads);
+  require_positive("num_kv_heads", num_kv_heads);
+  require_positive("intermediate_size", intermediate_size);
+  require_positive("max_seq_len", max_seq_len);
+  if (hidden_size % num_heads != 0)
+    throw UserError("llama config: hidden_size " + std::to_string(hidden_size) + " is not a multiple of num_heads " +
+                    std::to_string(num_heads));
+  if (head_dim() % 2 != 0)
+    throw UserError("llama config: head_dim " + std::to_string(head_dim()) + " must be even (RoPE)");
+  if (num_heads % num_kv_heads != 0)
+    throw UserError("llama config: num_heads " + std::to_string(num_heads) + " is not a multiple of num_kv_heads " +
+                    std::to_string(num_kv_heads));
+  if (!(rope_theta > 0) || !(rms_eps > 0) || !(initializer_range >= 0))
+    throw UserError("llama config: rope_theta and rms_eps must be positive, initializer_range non-negative");
+}
+
+void LlamaConfig::validate_tp(int64_t tp_size) const {
+  if (num_kv_heads % tp_size != 0 || num_heads % tp_size != 0)
+    throw UserError("llama: tp " + std::to_string(tp_size) + " must divide num_heads " + std::to_string(num_heads) +
+                    " and num_kv_heads " + std::to_string(num_kv_heads));
+  if (vocab_size < tp_size || intermediate_size < tp_size)
+    throw UserError("llama: tp " + std::to_string(tp_size) + " exceeds vocab_size or intermediate_size");
+}
+
+LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw UserError(source + ": not a JSON object");
+  const Fields f(j, source);
+  const std::string type = f.string("model_type", "");
+  if (type != "llama" && type != "qwen2") f.fail("model_type", "'" + type + "' is not supported (llama or qwen2)");
+  if (f.string("hidden_act", "silu") != "silu") f.fail("hidden_act", "must be silu");
+  if (f.has("rope_scaling")) f.fail("rope_scaling", "is not supported (use null)");
+  if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is not supported");
+  if (type == "llama" && f.boolean("attention_bias", false)) f.fail("attention_bias", "is not supported (o_proj bias)");
+  if (type == "qwen2" && f.boolean("use_sliding_window", false)) f.fail("use_sliding_window", "is not supported");
+  LlamaConfig c;
+  c.vocab_size = f.integer("vocab_size");
+  c.hidden_size = f.integer("hidden_size");
+  c.num_layers = f.integer("num_hidden_layers");
+  c.num_heads = f.integer("num_attention_heads");
+  c.num_kv_heads = f.integer("num_key_value_heads", c.num_heads);
+  c.intermediate_size = f.integer("intermediate_size");
+  c.max_seq_len = f.integer("max_position_embeddings");
+  c.rope_theta = f.number("rope_theta", 10000.0);
+  c.rms_eps = f.number("rms_norm_eps", 1e-6);
+  c.tie_embeddings = f.boolean("tie_word_embeddings", false);
+  c.qkv_bias = type == "qwen2";
+  c.initializer_range = f.number("initializer_range", 0.02);
+  if (f.has("head_dim") && c.num_heads > 0 && f.integer("head_dim") != c.hidden_size / c.num_heads)
+    f.fail("head_dim", std::to_string(f.integer("head_dim")) + " differs from hidden_size / num_attention_heads");
+  try {
+    c.validate();
+  } catch (const UserError& e) {
+    throw UserError(source + ": " + e.what());
+  }
+  return c;
+}
+
+nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype) {
+  const bool qwen2 = c.qkv_bias;
+  nlohmann::json j = {
+      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", qwen2 ? "qwen2" : "llama"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"max_position_embeddings", c.max_seq_len},
+      {"rms_norm_eps", c.rms_eps},
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings", c.tie_embeddings},
+      {"hidden_act", "silu"},
+      {"initializer_range", c.initializer_range},
+      {"rope_scaling", nullptr},
+      {"torch_dtype", dtype_name(dtype)},
+  };
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  return j;
+}
+
+}  // namespace tandem::models

@@ -1,0 +1,21 @@
+// The SwiGLU MLP: down(silu(gate(x)) * up(x)), gate/up column parallel, down row parallel.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "models/llama/config.h"
+#include "parallel/tp_layers.h"
+
+namespace tandem::models {
+
+class LlamaMLPImpl : public torch::nn::Module {
+ public:
+  LlamaMLPImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
+  torch::Tensor forward(const torch::Tensor& x);  // (N, hidden) -> (N, hidden)
+
+  parallel::ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};
+  parallel::RowParallelLinear down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+}  // namespace tandem::models

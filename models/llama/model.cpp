@@ -1,0 +1,136 @@
+// The forward of both layouts: build the AttentionLayout (RoPE tables, segments or padding mask,
+// the cp shard), run the decoder, then the lm head as chunked log-probs or full logits.
+#include "models/llama/model.h"
+
+#include <stdexcept>
+
+#include "models/llama/weights.h"
+
+namespace tandem::models {
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx) {
+  embed_tokens = register_module("embed_tokens", parallel::VocabParallelEmbedding(c.vocab_size, c.hidden_size, ctx));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaDecoderLayer(c, ctx));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_eps));
+}
+
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionLayout& layout) {
+  torch::Tensor h = embed_tokens(ids);  // (N, hidden)
+  for (const auto& layer : *layers) h = layer->as<LlamaDecoderLayerImpl>()->forward(h, layout);
+  return norm(h);
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx,
+                                           std::optional<uint64_t> init_seed)
+    : config_(config), ctx_(ctx) {
+  config_.validate();
+  ctx_.validate();
+  config_.validate_tp(ctx_.tp_size);
+  model = register_module("model", LlamaModel(config_, ctx_));
+  if (!config_.tie_embeddings)
+    lm_head = register_module("lm_head",
+                              parallel::ColumnParallelLinear(config_.hidden_size, config_.vocab_size, false, ctx_));
+  if (init_seed) initialize_weights(*this, *init_seed);
+}
+
+torch::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
+  return config_.tie_embeddings ? model->embed_tokens->weight : lm_head->weight;  // (V_local, hidden)
+}
+
+torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, AttentionLayout* layout,
+                                                  parallel::CpShard* shard) {
+  const torch::Tensor& w = model->norm->weight;
+  torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
+  torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
+  const int64_t n = ids.size(0);
+  if (pos.size(0) != n || in.cu_seqlens.dim() != 1 || in.cu_seqlens.numel() < 1 ||
+      in.cu_seqlens[-1].item<int64_t>() != n)
+    throw std::invalid_argument("llama: packed input with " + std::to_string(n) +
+                                " tokens does not match its position_ids / cu_seqlens");
+  if (ctx_.cp_enabled()) {
+    *shard = parallel::make_cp_shard(in.cu_seqlens, ctx_.cp_rank, ctx_.cp_size);
+    const torch::Tensor local = shard->rank_index[ctx_.cp_rank].to(w.device());  // (n_local)
+    ids = ids.index_select(0, local);
+    pos = pos.index_select(0, local);
+    for (const parallel::CpSegment& s : shard->segments)
+      layout->segments.push_back({s.local_begin, s.length, shard->seq_begin[s.sequence], s.seq_offset});
+    layout->cp_shard = shard;
+    layout->cp = ctx_.cp;
+  } else {
+    layout->segments = segments_from_cu_seqlens(in.cu_seqlens);
+  }
+  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  return model(ids, *layout);  // (n_local, hidden)
+}
+
+torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
+  if (ctx_.cp_enabled()) throw std::invalid_argument("llama: context parallelism needs the packed layout");
+  const torch::Tensor& w = model->norm->weight;
+  AttentionLayout layout;
+  layout.batch = in.input_ids.size(0);
+  layout.width = in.input_ids.size(1);
+  layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
+  const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
+}
+
+TokenLogProbs LlamaForCausalLMImpl::head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets,
+                                                   const LogProbOptions& o) {
+  if (!o.chunked)
+    return parallel::full_logits_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp, o.with_entropy);
+  return parallel::vocab_parallel_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp,
+                                            {o.with_entropy, o.chunk_tokens});
+}
+
+torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
+  const torch::Tensor w = lm_head_weight();
+  const torch::Tensor local = torch::linear(parallel::copy_to_tp(hidden, ctx_.tp), w);  // (N, V_local)
+  return parallel::gather_last_dim_from_tp(local.to(parallel::logits_dtype(w.scalar_type())), ctx_.tp, vocab_begin());
+}
+
+TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch::Tensor& targets,
+                                              const LogProbOptions& o) {
+  AttentionLayout layout;
+  parallel::CpShard shard;
+  const torch::Tensor hidden = hidden_packed(in, &layout, &shard);  // (n_local, hidden)
+  torch::Tensor t = targets.reshape({-1}).to(hidden.device());      // (N)
+  if (ctx_.cp_enabled()) t = t.index_select(0, shard.rank_index[ctx_.cp_rank].to(t.device()));
+  TokenLogProbs r = head_log_probs(hidden, t, o);  // (n_local)
+  if (ctx_.cp_enabled()) {
+    r.logp = parallel::cp_gather_outputs(r.logp, shard, ctx_.cp);  // (N)
+    if (r.entropy.defined()) r.entropy = parallel::cp_gather_outputs(r.entropy, shard, ctx_.cp);
+  }
+  return r;
+}
+
+TokenLogProbs LlamaForCausalLMImpl::log_probs(const PaddedInput& in, const torch::Tensor& targets,
+                                              const LogProbOptions& o) {
+  const int64_t b = in.input_ids.size(0), t = in.input_ids.size(1);
+  const torch::Tensor hidden = hidden_padded(in);                                                       // (B*T, hidden)
+  const torch::Tensor rows = in.attention_mask.reshape({-1}).to(hidden.device()).nonzero().squeeze(1);  // (N_real)
+  const TokenLogProbs real =
+      head_log_probs(hidden.index_select(0, rows), targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o);
+  const auto scatter = [&](const torch::Tensor& v) {  // (N_real) -> (B, T), 0 on padding
+    return torch::zeros({b * t}, v.options()).index_copy(0, rows, v).view({b, t});
+  };
+  TokenLogProbs r;
+  r.logp = scatter(real.logp);
+  if (real.entropy.defined()) r.entropy = scatter(real.entropy);
+  return r;
+}
+
+torch::Tensor LlamaForCausalLMImpl::logits(const PackedInput& in) {
+  AttentionLayout layout;
+  parallel::CpShard shard;
+  const torch::Tensor z = head_logits(hidden_packed(in, &layout, &shard));  // (n_local, V)
+  return ctx_.cp_enabled() ? parallel::cp_gather_outputs(z, shard, ctx_.cp) : z;
+}
+
+torch::Tensor LlamaForCausalLMImpl::logits(const PaddedInput& in) {
+  const torch::Tensor z = head_logits(hidden_padded(in));  // (B*T, V)
+  return z.view({in.input_ids.size(0), in.input_ids.size(1), -1});
+}
+
+}  // namespace tandem::models

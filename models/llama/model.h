@@ -1,0 +1,79 @@
+// The decoder-only language model of the Llama / Qwen2 family (HF LlamaForCausalLM layout:
+// `model.{embed_tokens, layers.i, norm}` and `lm_head`), tensor parallel over ctx.tp and
+// context parallel over ctx.cp, with per-token log-probs computed in chunks of tokens.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "models/llama/attention.h"
+#include "models/llama/config.h"
+#include "models/llama/decoder_layer.h"
+#include "models/llama/inputs.h"
+#include "parallel/parallel_context.h"
+#include "parallel/tp_layers.h"
+#include "parallel/vocab_parallel_logprob.h"
+
+namespace tandem::models {
+
+using parallel::TokenLogProbs;
+
+// Embeddings, decoder layers and the final norm: ids -> final hidden states.
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
+  torch::Tensor forward(const torch::Tensor& ids, const AttentionLayout& layout);  // (N) -> (N, hidden)
+
+  parallel::VocabParallelEmbedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  // Parameters are float32; call ->to(dtype). With init_seed the weights are drawn as HF
+  // initialises them (normal(0, initializer_range), norms 1, biases 0) from full tensors, so a
+  // tp-sharded model holds exactly the slices of the tp=1 model with the same seed; without it
+  // they are zeros (to be loaded, see weights.h). ctx is validated against the config.
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx = {},
+                                std::optional<uint64_t> init_seed = 0);
+
+  // Log-prob of targets[i] at every token i (and the entropy when asked). Packed: targets (N)
+  // -> (N); with cp > 1 every cp rank passes the same whole micro, computes its chunks and gets
+  // the whole (N) back (the backward keeps each rank's rows, so parameter gradients are partial
+  // and must be summed over cp, as over dp). Padded: targets (B, T) -> (B, T), 0 on padding.
+  // Collective over tp and cp.
+  TokenLogProbs log_probs(const PackedInput& input, const torch::Tensor& targets, const LogProbOptions& options = {});
+  TokenLogProbs log_probs(const PaddedInput& input, const torch::Tensor& targets, const LogProbOptions& options = {});
+
+  // Full-vocabulary logits (gathered over tp and cp) in float32 (float64 for float64 models):
+  // packed (N, V), padded (B, T, V). For reference tests and the sampler.
+  torch::Tensor logits(const PackedInput& input);
+  torch::Tensor logits(const PaddedInput& input);
+
+  // (V_local, hidden): the lm head's rows of this tp rank (the embedding's when tied).
+  torch::Tensor lm_head_weight() const;
+  int64_t vocab_begin() const { return model->embed_tokens->vocab_range.begin; }
+  const LlamaConfig& config() const { return config_; }
+  const parallel::ParallelContext& parallel_context() const { return ctx_; }
+
+  LlamaModel model{nullptr};
+  parallel::ColumnParallelLinear lm_head{nullptr};  // null when tie_embeddings
+
+ private:
+  // Final hidden states of this rank's rows, (n_local, hidden) / (B*T, hidden); the packed one
+  // also fills the layout (and the cp shard it points to).
+  torch::Tensor hidden_packed(const PackedInput& input, AttentionLayout* layout, parallel::CpShard* shard);
+  torch::Tensor hidden_padded(const PaddedInput& input);
+  TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets, const LogProbOptions& o);
+  torch::Tensor head_logits(const torch::Tensor& hidden);
+
+  LlamaConfig config_;
+  parallel::ParallelContext ctx_;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace tandem::models

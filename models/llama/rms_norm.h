@@ -1,0 +1,24 @@
+// RMSNorm as in HF LlamaRMSNorm: normalised in float32 (float64 for float64 inputs), cast back,
+// then scaled by the weight.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace tandem::models {
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., dim) -> (..., dim)
+
+  torch::Tensor weight;  // (dim)
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// float64 stays float64; every narrower float type computes in float32.
+torch::ScalarType compute_dtype(torch::ScalarType dtype);
+
+}  // namespace tandem::models

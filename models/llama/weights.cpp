@@ -1,0 +1,178 @@
+// HF naming, init, load (slice per tp rank) and save (gather over tp) for LlamaForCausalLM.
+#include "models/llama/weights.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tandem::models {
+
+namespace {
+
+std::string shape_str(at::IntArrayRef shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+using Params = torch::OrderedDict<std::string, torch::Tensor>;
+
+torch::Tensor param_of(const Params& params, const std::string& name) {
+  const torch::Tensor* p = params.find(name);
+  TORCH_CHECK(p != nullptr, "llama: the model has no parameter ", name);
+  return *p;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void copy_slice(const LlamaForCausalLMImpl& model, const Params& params, const HfParamSpec& spec,
+                const torch::Tensor& full) {
+  const parallel::ParallelContext& ctx = model.parallel_context();
+  torch::Tensor p = param_of(params, spec.name);
+  const torch::Tensor slice = tp_slice(full, spec, ctx.tp_rank, ctx.tp_size);
+  TORCH_CHECK(p.sizes() == slice.sizes(), "llama: ", spec.name, " holds ", p.sizes(), " but its tp slice is ",
+              slice.sizes());
+  torch::NoGradGuard no_grad;
+  p.copy_(slice);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw UserError("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+std::vector<HfParamSpec> hf_param_specs(const LlamaConfig& c) {
+  const int64_t d = c.hidden_size, hd = c.head_dim(), q = c.num_heads * hd, kv = c.num_kv_heads * hd;
+  const int64_t f = c.intermediate_size;
+  std::vector<HfParamSpec> specs{{"model.embed_tokens.weight", {c.vocab_size, d}, 0, 1}};
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.push_back({p + "self_attn.q_proj.weight", {q, d}, 0, hd});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.q_proj.bias", {q}, 0, hd});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, d}, 0, hd});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.k_proj.bias", {kv}, 0, hd});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, d}, 0, hd});
+    if (c.qkv_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}, 0, hd});
+    specs.push_back({p + "self_attn.o_proj.weight", {d, q}, 1, hd});
+    specs.push_back({p + "mlp.gate_proj.weight", {f, d}, 0, 1});
+    specs.push_back({p + "mlp.up_proj.weight", {f, d}, 0, 1});
+    specs.push_back({p + "mlp.down_proj.weight", {d, f}, 1, 1});
+    specs.push_back({p + "input_layernorm.weight", {d}, -1, 1});
+    specs.push_back({p + "post_attention_layernorm.weight", {d}, -1, 1});
+  }
+  specs.push_back({"model.norm.weight", {d}, -1, 1});
+  if (!c.tie_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, d}, 0, 1});
+  return specs;
+}
+
+torch::Tensor tp_slice(const torch::Tensor& full, const HfParamSpec& spec, int64_t tp_rank, int64_t tp_size) {
+  if (spec.split_dim < 0 || tp_size == 1) return full;
+  const int64_t units = full.size(spec.split_dim) / spec.split_unit;
+  const parallel::ShardRange r = parallel::shard_range(units, tp_rank, tp_size, spec.split_unit);
+  return full.narrow(spec.split_dim, r.begin, r.size());
+}
+
+void initialize_weights(LlamaForCausalLMImpl& model, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const double std = model.config().initializer_range;
+  const Params params = model.named_parameters();
+  for (const HfParamSpec& spec : hf_param_specs(model.config())) {
+    torch::Tensor full;
+    if (ends_with(spec.name, "norm.weight")) {
+      full = torch::ones(spec.shape, torch::kFloat64);
+    } else if (ends_with(spec.name, ".bias")) {
+      full = torch::zeros(spec.shape, torch::kFloat64);
+    } else {
+      full = torch::randn(spec.shape, gen, torch::kFloat64) * std;
+    }
+    copy_slice(model, params, spec, full);
+  }
+}
+
+void load_hf_state(LlamaForCausalLMImpl& model, const std::map<std::string, torch::Tensor>& tensors,
+                   const std::string& source) {
+  const LlamaConfig& c = model.config();
+  const std::vector<HfParamSpec> specs = hf_param_specs(c);
+  std::vector<std::string> problems;
+  std::set<std::string> expected;
+  for (const HfParamSpec& spec : specs) {
+    expected.insert(spec.name);
+    const auto it = tensors.find(spec.name);
+    if (it == tensors.end()) {
+      problems.push_back(spec.name + ": missing (expected shape " + shape_str(spec.shape) + ")");
+    } else if (it->second.sizes() != at::IntArrayRef(spec.shape)) {
+      problems.push_back(spec.name + ": expected shape " + shape_str(spec.shape) + ", got " +
+                         shape_str(it->second.sizes()));
+    } else if (!it->second.is_floating_point()) {
+      problems.push_back(spec.name + ": expected a floating-point tensor, got " +
+                         std::string(c10::toString(it->second.scalar_type())));
+    }
+  }
+  for (const auto& [name, t] : tensors) {
+    if (expected.count(name) || ends_with(name, ".rotary_emb.inv_freq")) continue;
+    if (c.tie_embeddings && name == "lm_head.weight") continue;
+    problems.push_back(name + ": unexpected tensor " + shape_str(t.sizes()));
+  }
+  if (!problems.empty()) {
+    std::string msg = source + ": the weights do not match the llama config (" + std::to_string(problems.size()) +
+                      " problems):";
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
+    throw UserError(msg);
+  }
+  const Params params = model.named_parameters();
+  for (const HfParamSpec& spec : specs) copy_slice(model, params, spec, tensors.at(spec.name));
+}
+
+std::map<std::string, torch::Tensor> gather_hf_state(LlamaForCausalLMImpl& model) {
+  const parallel::ParallelContext& ctx = model.parallel_context();
+  const Params params = model.named_parameters();
+  std::map<std::string, torch::Tensor> out;
+  for (const HfParamSpec& spec : hf_param_specs(model.config())) {
+    const torch::Tensor p = param_of(params, spec.name).detach();
+    torch::Tensor full;
+    if (spec.split_dim < 0 || !ctx.tp_enabled()) {
+      full = p.clone();
+    } else if (spec.split_dim == 0) {
+      full = ctx.tp->all_gather_v(p.contiguous());
+    } else {
+      full = ctx.tp->all_gather_v(p.t().contiguous()).t();
+    }
+    TORCH_CHECK(full.sizes() == at::IntArrayRef(spec.shape), "llama: gathered ", spec.name, " is ", full.sizes());
+    out[spec.name] = full.to(torch::kCPU).contiguous();
+  }
+  return out;
+}
+
+LlamaForCausalLM load_llama(const std::string& dir, const parallel::ParallelContext& ctx, torch::ScalarType dtype) {
+  const LlamaConfig config = from_hf_config(read_hf_config(dir), dir + "/" + kHfConfigFile);
+  LlamaForCausalLM model(config, ctx, std::nullopt);
+  model->to(dtype);
+  load_hf_state(*model, load_hf_weights(dir), dir);
+  return model;
+}
+
+void save_llama(LlamaForCausalLMImpl& model, const std::string& dir, bool writer, uint64_t max_shard_bytes) {
+  const std::map<std::string, torch::Tensor> state = gather_hf_state(model);
+  if (!writer) return;
+  save_hf_weights(dir, state, max_shard_bytes);
+  const torch::ScalarType dtype = model.model->norm->weight.scalar_type();
+  write_text_atomic(dir + "/" + kHfConfigFile, to_hf_config(model.config(), dtype).dump(2) + "\n");
+}
+
+}  // namespace tandem::models

@@ -1,0 +1,118 @@
+// The f / g / gather autograd functions carry the communicator as an integer in saved_data;
+// layers only compose them with torch::linear / torch::embedding.
+#include "parallel/tp_layers.h"
+
+namespace tandem::parallel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+int64_t as_int(Communicator* comm) { return reinterpret_cast<int64_t>(comm); }
+Communicator* as_comm(AutogradContext* ctx) {
+  return reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+}
+
+torch::Tensor all_reduced(const torch::Tensor& t, Communicator& comm) {
+  torch::Tensor out = t.clone(at::MemoryFormat::Contiguous);
+  comm.all_reduce(out);
+  return out;
+}
+
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduced(grads[0], *as_comm(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, int64_t comm) {
+    return all_reduced(x, *reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm, int64_t begin) {
+    ctx->saved_data["begin"] = begin;
+    ctx->saved_data["size"] = x.size(-1);
+    const int64_t n = x.size(-1);
+    torch::Tensor rows = x.reshape({-1, n}).t().contiguous();                      // (n_r, A)
+    torch::Tensor all = reinterpret_cast<Communicator*>(comm)->all_gather_v(rows);  // (n, A)
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = all.size(0);
+    return all.t().reshape(shape);  // (..., n)
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const int64_t begin = ctx->saved_data["begin"].toInt(), size = ctx->saved_data["size"].toInt();
+    return {grads[0].narrow(-1, begin, size).contiguous(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp) {
+  if (tp == nullptr || tp->size() == 1) return x;
+  return CopyToTp::apply(x, as_int(tp));
+}
+
+torch::Tensor reduce_from_tp(const torch::Tensor& x, Communicator* tp) {
+  if (tp == nullptr || tp->size() == 1) return x;
+  return ReduceFromTp::apply(x, as_int(tp));
+}
+
+torch::Tensor gather_last_dim_from_tp(const torch::Tensor& x, Communicator* tp, int64_t local_begin) {
+  if (tp == nullptr || tp->size() == 1) return x;
+  return GatherLastDim::apply(x, as_int(tp), local_begin);
+}
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
+                                                   const ParallelContext& ctx, int64_t split_unit)
+    : in_features(in),
+      out_features(out),
+      out_range(shard_range(out / split_unit, ctx.tp_rank, ctx.tp_size, split_unit)),
+      tp_(ctx.tp) {
+  TORCH_CHECK(out % split_unit == 0, "ColumnParallelLinear: ", out, " outputs are not a multiple of ", split_unit);
+  weight = register_parameter("weight", torch::zeros({out_range.size(), in}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out_range.size()}));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  return torch::linear(copy_to_tp(x, tp_), weight, bias);  // (..., out_local)
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, const ParallelContext& ctx,
+                                             int64_t split_unit)
+    : in_features(in),
+      out_features(out),
+      in_range(shard_range(in / split_unit, ctx.tp_rank, ctx.tp_size, split_unit)),
+      tp_(ctx.tp) {
+  TORCH_CHECK(in % split_unit == 0, "RowParallelLinear: ", in, " inputs are not a multiple of ", split_unit);
+  weight = register_parameter("weight", torch::zeros({out, in_range.size()}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = reduce_from_tp(torch::linear(x, weight), tp_);  // (..., out)
+  return bias.defined() ? y + bias : y;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim, const ParallelContext& ctx)
+    : num_embeddings(num), embedding_dim(dim), vocab_range(shard_range(num, ctx.tp_rank, ctx.tp_size)), tp_(ctx.tp) {
+  weight = register_parameter("weight", torch::zeros({vocab_range.size(), dim}));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (tp_ == nullptr || tp_->size() == 1) return torch::embedding(weight, ids);  // (..., dim)
+  const torch::Tensor in_shard = (ids >= vocab_range.begin) & (ids < vocab_range.end);  // (...)
+  const torch::Tensor local = torch::where(in_shard, ids - vocab_range.begin, torch::zeros_like(ids));
+  torch::Tensor rows = torch::embedding(weight, local) * in_shard.unsqueeze(-1).to(weight.scalar_type());
+  return reduce_from_tp(rows, tp_);  // (..., dim)
+}
+
+}  // namespace tandem::parallel

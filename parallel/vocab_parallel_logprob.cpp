@@ -1,0 +1,150 @@
+// One custom autograd Function does the chunked forward and the recomputing backward; it saves
+// only per-token statistics (log-sum-exp and the mean logit under p), never a chunk's logits.
+//   logp_i = z_it - lse_i                     d logp_i / dz_ij = [j == t_i] - p_ij
+//   H_i    = lse_i - mu_i, mu_i = sum_j p_ij z_ij   d H_i / dz_ij = -p_ij (z_ij - mu_i)
+#include "parallel/vocab_parallel_logprob.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "parallel/tp_layers.h"
+
+namespace tandem::parallel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// (C, V_local) logits of one chunk in the statistics dtype.
+torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, torch::ScalarType dtype) {
+  return torch::matmul(hidden, weight.t()).to(dtype);
+}
+
+// Local column of each target, clamped into the shard, and whether it is in the shard.
+std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targets, int64_t begin, int64_t size) {
+  const torch::Tensor local = targets - begin;                    // (C)
+  const torch::Tensor in_shard = (local >= 0) & (local < size);  // (C)
+  return {local.clamp(0, size - 1), in_shard};
+}
+
+struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, int64_t vocab_begin, int64_t comm, int64_t chunk) {
+    Communicator* tp = reinterpret_cast<Communicator*>(comm);
+    const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
+    const int64_t n = hidden.size(0), vocab_local = weight.size(0);
+    const auto opts = hidden.options().dtype(dtype);
+    torch::Tensor logp = torch::empty({n}, opts), entropy = torch::empty({n}, opts);  // (N)
+    torch::Tensor lse = torch::empty({n}, opts), mu = torch::empty({n}, opts);        // (N)
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t e = std::min(n, s + chunk);
+      torch::Tensor z = chunk_logits(hidden.slice(0, s, e), weight, dtype);  // (C, V_local)
+      torch::Tensor m = std::get<0>(z.max(1));                               // (C)
+      if (tp) tp->all_reduce(m, ReduceOp::kMax);
+      z.sub_(m.unsqueeze(1));  // shifted logits, (C, V_local)
+      const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
+      torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(dtype);  // (C)
+      torch::Tensor ez = z.exp();                                                                   // (C, V_local)
+      torch::Tensor sum_exp = ez.sum(1);                                                            // (C)
+      torch::Tensor sum_exp_z = ez.mul_(z).sum(1);                                                  // (C)
+      torch::Tensor stats = torch::stack({sum_exp, sum_exp_z, target_shifted});                     // (3, C)
+      if (tp) tp->all_reduce(stats, ReduceOp::kSum);
+      const torch::Tensor log_sum = stats[0].log(), mean_shifted = stats[1] / stats[0];  // (C)
+      logp.slice(0, s, e).copy_(stats[2] - log_sum);
+      entropy.slice(0, s, e).copy_(log_sum - mean_shifted);
+      lse.slice(0, s, e).copy_(m + log_sum);
+      mu.slice(0, s, e).copy_(m + mean_shifted);
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse, mu});
+    ctx->saved_data["vocab_begin"] = vocab_begin;
+    ctx->saved_data["chunk"] = chunk;
+    return {logp, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3], &mu = saved[4];
+    const torch::Tensor &g_logp = grads[0], &g_entropy = grads[1];  // (N) each, either may be undefined
+    const int64_t vocab_begin = ctx->saved_data["vocab_begin"].toInt(), chunk = ctx->saved_data["chunk"].toInt();
+    const torch::ScalarType dtype = lse.scalar_type();
+    const int64_t n = hidden.size(0), vocab_local = weight.size(0);
+    if (!g_logp.defined() && !g_entropy.defined()) return variable_list(6);
+    torch::Tensor d_hidden = torch::empty_like(hidden);                          // (N, D)
+    torch::Tensor d_weight = torch::zeros(weight.sizes(), weight.options().dtype(dtype));  // (V_local, D)
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t e = std::min(n, s + chunk);
+      const torch::Tensor h = hidden.slice(0, s, e);           // (C, D)
+      torch::Tensor z = chunk_logits(h, weight, dtype);        // (C, V_local)
+      torch::Tensor dz = (z - lse.slice(0, s, e).unsqueeze(1)).exp_();  // p, (C, V_local)
+      if (g_entropy.defined()) {
+        z.sub_(mu.slice(0, s, e).unsqueeze(1)).mul_(g_entropy.slice(0, s, e).to(dtype).unsqueeze(1));
+        if (g_logp.defined()) z.add_(g_logp.slice(0, s, e).to(dtype).unsqueeze(1));
+        dz.mul_(z).neg_();  // -p (g_logp + g_H (z - mu))
+      } else {
+        dz.mul_(g_logp.slice(0, s, e).to(dtype).neg().unsqueeze(1));  // -p g_logp
+      }
+      if (g_logp.defined()) {
+        const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
+        const torch::Tensor add = g_logp.slice(0, s, e).to(dtype) * in_shard.to(dtype);  // (C)
+        dz.scatter_add_(1, local.unsqueeze(1), add.unsqueeze(1));
+      }
+      d_hidden.slice(0, s, e).copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
+      d_weight.add_(torch::matmul(dz.t(), h.to(dtype)));
+    }
+    return {d_hidden, d_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "vocab-parallel log-probs: hidden ", hidden.sizes(), " and lm head ", weight.sizes(), " do not match");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "vocab-parallel log-probs: targets ",
+              targets.sizes(), " for ", hidden.size(0), " tokens");
+  TORCH_CHECK(targets.scalar_type() == torch::kInt64, "vocab-parallel log-probs: targets must be int64");
+  TORCH_CHECK(weight.size(0) > 0, "vocab-parallel log-probs: an empty vocabulary shard (more tp ranks than tokens)");
+}
+
+}  // namespace
+
+torch::ScalarType logits_dtype(torch::ScalarType weight_dtype) {
+  return weight_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+int64_t logits_chunk_tokens(const TokenLogProbOptions& options, int64_t vocab_local, int64_t element_bytes) {
+  if (options.chunk_tokens > 0) return options.chunk_tokens;
+  return std::max<int64_t>(1, kDefaultLogitsChunkBytes / std::max<int64_t>(1, vocab_local * element_bytes));
+}
+
+TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& targets, int64_t vocab_begin, Communicator* tp,
+                                       const TokenLogProbOptions& options) {
+  check_inputs(hidden, weight, targets);
+  if (tp != nullptr && tp->size() == 1) tp = nullptr;
+  const int64_t bytes = c10::elementSize(logits_dtype(weight.scalar_type()));
+  const int64_t chunk = logits_chunk_tokens(options, weight.size(0), bytes);
+  const torch::Tensor h = copy_to_tp(hidden, tp);
+  variable_list out = ChunkedVocabLogProb::apply(h, weight, targets, vocab_begin, reinterpret_cast<int64_t>(tp),
+                                                 chunk);
+  TokenLogProbs r;
+  r.logp = out[0];
+  if (options.with_entropy) r.entropy = out[1];
+  return r;
+}
+
+TokenLogProbs full_logits_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                    const torch::Tensor& targets, int64_t vocab_begin, Communicator* tp,
+                                    bool with_entropy) {
+  check_inputs(hidden, weight, targets);
+  const torch::Tensor local = torch::linear(copy_to_tp(hidden, tp), weight).to(logits_dtype(weight.scalar_type()));
+  const torch::Tensor logits = gather_last_dim_from_tp(local, tp, vocab_begin);  // (N, V)
+  const torch::Tensor log_probs = torch::log_softmax(logits, 1);                 // (N, V)
+  TokenLogProbs r;
+  r.logp = log_probs.gather(1, targets.unsqueeze(1)).squeeze(1);
+  if (with_entropy) r.entropy = -(log_probs.exp() * log_probs).sum(1);
+  return r;
+}
+
+}  // namespace tandem::parallel

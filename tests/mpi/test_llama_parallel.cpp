@@ -1,0 +1,147 @@
+// The Llama model under tensor and context parallelism on real ranks: log-probs, entropies,
+// logits and parameter gradients equal the one-rank model (float64, 1e-10 of each reference
+// tensor's largest magnitude); tp ranks' gradients are compared with their slice of the one-rank
+// gradient, cp ranks' gradients after summing over cp. Layouts that do not divide the world
+// size are skipped; the rest run side by side as dp replicas.
+#include <catch2/catch.hpp>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "llama_test_util.h"
+#include "models/llama/weights.h"
+#include "mpi_test_util.h"
+#include "parallel/process_groups.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Layout {
+  int64_t tp = 1, cp = 1;
+};
+
+// Communicators of one {dp, cp, tp} layout over the whole world, and the model's context.
+struct Groups {
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  std::unique_ptr<parallel::Communicator> tp, cp;
+  parallel::ParallelContext ctx;
+  explicit Groups(Layout l) {
+    const auto dims = parallel::ParallelDims::resolve(-1, l.cp, l.tp, test::world_size());
+    groups = std::make_unique<parallel::ProcessGroups>(MPI_COMM_WORLD, dims);
+    tp = parallel::make_mpi_communicator(*groups, parallel::Axis::kTp, 60);
+    cp = parallel::make_mpi_communicator(*groups, parallel::Axis::kCp, 60);
+    ctx = parallel::ParallelContext::from(tp.get(), cp.get());
+  }
+};
+
+bool fits(Layout l) { return test::world_size() % (l.tp * l.cp) == 0; }
+
+struct Outcome {
+  torch::Tensor logp, entropy, logits;
+  std::map<std::string, torch::Tensor> grads;  // by HF name: this rank's shard
+};
+
+Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool packed) {
+  model->zero_grad();
+  Outcome o;
+  const models::LogProbOptions opts{true, true, 5};
+  const models::TokenLogProbs r = packed ? model->log_probs(b.packed, b.packed_targets, opts)
+                                         : model->log_probs(b.padded, b.padded_targets, opts);
+  const torch::Tensor wl = test::random_weights(r.logp.numel(), 1, torch::kFloat64).view(r.logp.sizes());
+  const torch::Tensor we = test::random_weights(r.logp.numel(), 2, torch::kFloat64).view(r.logp.sizes());
+  ((r.logp * wl).sum() + (r.entropy * we).sum()).backward();
+  o.logp = r.logp.detach();
+  o.entropy = r.entropy.detach();
+  for (const auto& p : model->named_parameters()) o.grads[p.key()] = p.value().grad().clone();
+  torch::NoGradGuard no_grad;
+  o.logits = packed ? model->logits(b.packed) : model->logits(b.padded);
+  return o;
+}
+
+// Compares a parallel run with the one-rank run; sums cp-partial gradients over cp first.
+void check_equal(const Outcome& got, const Outcome& ref, const models::LlamaConfig& cfg, const Groups& g) {
+  CHECK(test::rel_to_max(got.logp, ref.logp) < 1e-10);
+  CHECK(test::rel_to_max(got.entropy, ref.entropy) < 1e-10);
+  CHECK(test::rel_to_max(got.logits, ref.logits) < 1e-10);
+  for (const models::HfParamSpec& spec : models::hf_param_specs(cfg)) {
+    INFO(spec.name);
+    torch::Tensor grad = got.grads.at(spec.name).contiguous();
+    if (g.ctx.cp_enabled()) g.cp->all_reduce(grad);
+    const torch::Tensor expected = models::tp_slice(ref.grads.at(spec.name), spec, g.ctx.tp_rank, g.ctx.tp_size);
+    REQUIRE(grad.sizes() == expected.sizes());
+    CHECK(test::rel_to_max(grad, expected) < 1e-10);
+  }
+}
+
+// A config that splits over 4 tp ranks (8 heads, 4 kv heads) with an uneven vocab and MLP.
+models::LlamaConfig wide_config() {
+  models::LlamaConfig c;
+  c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 8, c.num_kv_heads = 4;
+  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = true, c.initializer_range = 0.3;
+  return c;
+}
+
+const std::vector<Layout> kLayouts{{2, 1}, {1, 2}, {2, 2}, {1, 4}, {4, 1}};
+
+}  // namespace
+
+TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-10)", "[mpi][llama]") {
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
+  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide"}) {
+    const bool wide = name == "wide";
+    auto make = [&](const parallel::ParallelContext& ctx) {
+      if (!wide) return models::load_llama(test::llama_fixture(name), ctx, torch::kFloat64);
+      models::LlamaForCausalLM m(wide_config(), ctx, 3);
+      m->to(torch::kFloat64);
+      return m;
+    };
+    models::LlamaForCausalLM single = make({});
+    const Outcome ref_packed = run(single, b, true), ref_padded = run(single, b, false);
+    for (const Layout l : kLayouts) {
+      if (!fits(l) || (!wide && l.tp == 4)) continue;  // the fixtures have 2 kv heads
+      INFO(name << " tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
+      Groups g(l);
+      models::LlamaForCausalLM model = make(g.ctx);
+      check_equal(run(model, b, true), ref_packed, single->config(), g);
+      if (l.cp == 1) check_equal(run(model, b, false), ref_padded, single->config(), g);
+    }
+  }
+  // One rank always runs the communicator path with groups of one.
+  Groups solo({1, 1});
+  models::LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), solo.ctx, torch::kFloat64);
+  models::LlamaForCausalLM single = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64);
+  check_equal(run(model, b, true), run(single, b, true), single->config(), solo);
+}
+
+TEST_CASE("saving a tp-sharded model gathers the shards into the HF layout", "[mpi][llama]") {
+  const Layout l{2, 1};
+  if (!fits(l)) return;
+  Groups g(l);
+  const std::string src = test::llama_fixture("tiny_qwen2");
+  models::LlamaForCausalLM model = models::load_llama(src, g.ctx, torch::kFloat32);
+  CHECK(model->model->embed_tokens->weight.size(0) == (g.ctx.tp_rank == 0 ? 49 : 48));  // 97 over 2 ranks
+  // World rank 0 picks the directory and writes; every rank reads it back.
+  std::vector<char> path(4096, 0);
+  if (test::world_rank() == 0) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem_mpi_llama_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    std::copy(tmpl.begin(), tmpl.end(), path.begin());
+  }
+  MPI_Bcast(path.data(), static_cast<int>(path.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string dir(path.data());
+  models::save_llama(*model, dir, test::world_rank() == 0, 20'000);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto saved = models::load_hf_weights(dir), original = models::load_hf_weights(src);
+  REQUIRE(saved.size() == original.size());
+  for (const auto& [name, t] : original) {
+    INFO(name);
+    CHECK(torch::equal(saved.at(name), t));
+  }
+  models::LlamaForCausalLM again = models::load_llama(dir, g.ctx, torch::kFloat32);
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({6, 3}, 97, 2));
+  torch::NoGradGuard no_grad;
+  CHECK(torch::equal(again->logits(b.packed), model->logits(b.packed)));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (test::world_rank() == 0) std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,245 @@
+// The Llama / Qwen2 model against the independent Python reference (scripts/fixtures/
+// make_llama.py): logits in float64 / float32, packed vs padded log-probs with a control that
+// ignores sequence boundaries, chunked vs unchunked gradients, the HF config mapping, and the
+// peak memory of chunked vs unchunked log-probs.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "fixtures.h"
+#include "llama_test_util.h"
+#include "models/llama/model.h"
+#include "models/llama/weights.h"
+#include "peak_memory.h"
+
+using namespace tandem;
+using models::LlamaForCausalLM;
+
+namespace {
+
+struct Reference {
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<torch::Tensor> logits;  // per sequence (L, V) float64
+};
+
+Reference load_reference(const std::string& name) {
+  const nlohmann::json j = test::load_fixture("llama/" + name + ".logits.json");
+  Reference r;
+  r.sequences = j.at("sequences").get<std::vector<std::vector<int64_t>>>();
+  for (const auto& seq : j.at("logits")) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& row : seq) rows.push_back(test::to_tensor(row, torch::kFloat64));
+    r.logits.push_back(torch::stack(rows));
+  }
+  return r;
+}
+
+// Every parameter's gradient by name (float64 copies).
+std::map<std::string, torch::Tensor> grads_of(torch::nn::Module& m) {
+  std::map<std::string, torch::Tensor> g;
+  for (const auto& p : m.named_parameters()) g[p.key()] = p.value().grad().detach().to(torch::kFloat64).clone();
+  return g;
+}
+
+double max_grad_error(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  double worst = 0;
+  for (const auto& [name, g] : b) worst = std::max(worst, test::rel_to_max(a.at(name), g));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("HF config.json maps to LlamaConfig and back", "[llama]") {
+  const models::LlamaConfig l = models::from_hf_config(models::read_hf_config(test::llama_fixture("tiny_llama")));
+  CHECK(l.vocab_size == 97);
+  CHECK(l.hidden_size == 32);
+  CHECK(l.num_layers == 2);
+  CHECK(l.num_heads == 4);
+  CHECK(l.num_kv_heads == 2);
+  CHECK(l.intermediate_size == 48);
+  CHECK(l.max_seq_len == 64);
+  CHECK(l.rms_eps == 1e-5);
+  CHECK(!l.tie_embeddings);
+  CHECK(!l.qkv_bias);
+  const models::LlamaConfig q = models::from_hf_config(models::read_hf_config(test::llama_fixture("tiny_qwen2")));
+  CHECK(q.qkv_bias);
+  CHECK(q.tie_embeddings);
+  CHECK(q.rope_theta == 1e6);
+  CHECK(q.head_dim() == 8);
+  for (const auto& c : {l, q}) {
+    const models::LlamaConfig back = models::from_hf_config(models::to_hf_config(c, torch::kBFloat16));
+    CHECK(back.vocab_size == c.vocab_size);
+    CHECK(back.num_kv_heads == c.num_kv_heads);
+    CHECK(back.qkv_bias == c.qkv_bias);
+    CHECK(back.tie_embeddings == c.tie_embeddings);
+    CHECK(back.rope_theta == c.rope_theta);
+    CHECK(models::to_hf_config(c, torch::kBFloat16).at("torch_dtype") == "bfloat16");
+  }
+}
+
+TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field", "[llama]") {
+  const nlohmann::json good = models::read_hf_config(test::llama_fixture("tiny_llama"));
+  const auto fails_with = [&](const char* key, const nlohmann::json& value, const std::string& needle) {
+    nlohmann::json j = good;
+    if (value.is_discarded())
+      j.erase(key);
+    else
+      j[key] = value;
+    INFO(key);
+    CHECK_THROWS_WITH(models::from_hf_config(j, "cfg.json"), Catch::Contains(needle) && Catch::Contains("cfg.json"));
+  };
+  fails_with("num_hidden_layers", nlohmann::json::value_t::discarded, "num_hidden_layers is missing");
+  fails_with("hidden_size", "32", "hidden_size must be an integer");
+  fails_with("rope_scaling", {{"type", "llama3"}}, "rope_scaling");
+  fails_with("attention_bias", true, "attention_bias");
+  fails_with("model_type", "mistral", "model_type");
+  fails_with("hidden_act", "gelu", "hidden_act");
+  fails_with("num_key_value_heads", 3, "num_kv_heads");
+  fails_with("head_dim", 16, "head_dim");
+  models::LlamaConfig c = models::from_hf_config(good);
+  CHECK_THROWS_AS(c.validate_tp(4), UserError);  // 2 kv heads over 4 ranks
+}
+
+TEST_CASE("logits match the independent reference: float64 1e-10, float32 1e-4 of max |logit|", "[llama]") {
+  for (const std::string name : {"tiny_llama", "tiny_qwen2"}) {
+    const Reference ref = load_reference(name);
+    for (const auto [dtype, tol] : {std::pair{torch::kFloat64, 1e-10}, std::pair{torch::kFloat32, 1e-4}}) {
+      INFO(name << " " << c10::toString(dtype));
+      LlamaForCausalLM model = models::load_llama(test::llama_fixture(name), {}, dtype);
+      torch::NoGradGuard no_grad;
+      // Each sequence alone, then all of them in one pack and one padded batch.
+      for (size_t i = 0; i < ref.sequences.size(); ++i) {
+        const test::RaggedBatch one = test::ragged_batch({ref.sequences[i]});
+        CHECK(test::rel_to_max(model->logits(one.packed), ref.logits[i]) < tol);
+      }
+      const test::RaggedBatch all = test::ragged_batch(ref.sequences);
+      const torch::Tensor packed = model->logits(all.packed);  // (N, V)
+      const torch::Tensor padded = model->logits(all.padded);  // (B, T, V)
+      CHECK(packed.scalar_type() == dtype);
+      for (size_t i = 0; i < ref.sequences.size(); ++i) {
+        const int64_t s = all.cu[i].item<int64_t>(), n = ref.logits[i].size(0);
+        CHECK(test::rel_to_max(packed.narrow(0, s, n), ref.logits[i]) < tol);
+        CHECK(test::rel_to_max(padded[i].narrow(0, 0, n), ref.logits[i]) < tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("bfloat16 weights run with float32 log-prob statistics", "[llama]") {
+  const Reference ref = load_reference("tiny_qwen2");
+  LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kBFloat16);
+  const test::RaggedBatch b = test::ragged_batch(ref.sequences);
+  const models::TokenLogProbs r = model->log_probs(b.packed, b.packed_targets, {true});
+  CHECK(r.logp.scalar_type() == torch::kFloat32);
+  CHECK(torch::isfinite(r.logp).all().item<bool>());
+  const torch::Tensor logits = model->logits(b.packed);
+  CHECK(test::rel_to_max(logits.narrow(0, 0, 3), ref.logits[0]) < 5e-2);  // bf16 has 8 mantissa bits
+  r.logp.sum().backward();
+  CHECK(model->model->embed_tokens->weight.grad().scalar_type() == torch::kBFloat16);
+}
+
+TEST_CASE("packed and padded log-probs agree; a pack that ignores cu_seqlens does not", "[llama]") {
+  // Relative error max |a - b| / max(|b|, 1) per token. The control keeps the restarting
+  // positions but gives attention one block over the whole pack, so it crosses boundaries.
+  const auto seqs = test::random_sequences({7, 1, 12, 4, 9}, 97, 5);
+  const test::RaggedBatch b = test::ragged_batch(seqs);
+  for (const std::string name : {"tiny_llama", "tiny_qwen2"}) {
+    for (const auto [dtype, tol] : {std::pair{torch::kFloat64, 1e-12}, std::pair{torch::kFloat32, 1e-5}}) {
+      INFO(name << " " << c10::toString(dtype));
+      LlamaForCausalLM model = models::load_llama(test::llama_fixture(name), {}, dtype);
+      torch::NoGradGuard no_grad;
+      const models::TokenLogProbs packed = model->log_probs(b.packed, b.packed_targets, {true});
+      const models::TokenLogProbs padded = model->log_probs(b.padded, b.padded_targets, {true});
+      const torch::Tensor valid = b.padded.attention_mask;
+      CHECK(test::rel_floor1(packed.logp, padded.logp.masked_select(valid)) < tol);
+      // Entropy: absolute below 1, and float32 entropies of the peaked Qwen2 fixture (|logit| up to 26)
+      // carry the logits' rounding, so float32 allows 3e-5 here.
+      CHECK(test::rel_floor1(packed.entropy, padded.entropy.masked_select(valid)) <
+            (dtype == torch::kFloat32 ? 3e-5 : tol));
+      CHECK((padded.logp.masked_select(~valid) == 0).all().item<bool>());
+      models::PackedInput control = b.packed;
+      control.cu_seqlens = torch::tensor({0, static_cast<int>(b.cu[-1].item<int64_t>())}, torch::kInt32);
+      const models::TokenLogProbs crossed = model->log_probs(control, b.packed_targets);
+      CHECK(test::rel_floor1(crossed.logp, padded.logp.masked_select(valid)) > 1e-3);
+      // The first sequence sees nothing before it, so it is unaffected even in the control.
+      CHECK(test::rel_floor1(crossed.logp.narrow(0, 0, 7), packed.logp.narrow(0, 0, 7)) < tol);
+    }
+  }
+}
+
+TEST_CASE("chunked log-prob backward equals the unchunked autograd one (float64 1e-12)", "[llama]") {
+  // Errors relative to the largest magnitude of each reference tensor.
+  const auto seqs = test::random_sequences({6, 11, 3}, 97, 9);
+  const test::RaggedBatch b = test::ragged_batch(seqs);
+  const int64_t n = b.packed_targets.size(0);
+  const torch::Tensor wl = test::random_weights(n, 1, torch::kFloat64),
+                      we = test::random_weights(n, 2, torch::kFloat64);
+  for (const std::string name : {"tiny_llama", "tiny_qwen2"}) {
+    LlamaForCausalLM model = models::load_llama(test::llama_fixture(name), {}, torch::kFloat64);
+    const auto run = [&](models::LogProbOptions o) {
+      model->zero_grad();
+      o.with_entropy = true;
+      const models::TokenLogProbs r = model->log_probs(b.packed, b.packed_targets, o);
+      ((r.logp * wl).sum() + (r.entropy * we).sum()).backward();
+      return std::make_tuple(r.logp.detach(), r.entropy.detach(), grads_of(*model));
+    };
+    const auto [logp0, ent0, grads0] = run({false, false});
+    for (int64_t chunk : {1, 7, 1000}) {
+      INFO(name << " chunk " << chunk);
+      const auto [logp, ent, grads] = run({false, true, chunk});
+      CHECK(test::rel_to_max(logp, logp0) < 1e-12);
+      CHECK(test::rel_to_max(ent, ent0) < 1e-12);
+      CHECK(max_grad_error(grads, grads0) < 1e-12);
+    }
+    // Only one of the two outputs used: the other's gradient is absent in the backward.
+    model->zero_grad();
+    model->log_probs(b.packed, b.packed_targets, {true, true, 4}).entropy.sum().backward();
+    const auto only_entropy = grads_of(*model);
+    model->zero_grad();
+    model->log_probs(b.packed, b.packed_targets, {true, false}).entropy.sum().backward();
+    CHECK(max_grad_error(only_entropy, grads_of(*model)) < 1e-12);
+  }
+}
+
+TEST_CASE("random init: HF conventions, and the same seed gives the same model", "[llama]") {
+  models::LlamaConfig c = models::from_hf_config(models::read_hf_config(test::llama_fixture("tiny_qwen2")));
+  c.initializer_range = 0.5;
+  const parallel::ParallelContext one;
+  LlamaForCausalLM a(c, one, 7), b(c, one, 7), other(c, one, 8);
+  CHECK(torch::equal(a->model->embed_tokens->weight, b->model->embed_tokens->weight));
+  CHECK(!torch::equal(a->model->embed_tokens->weight, other->model->embed_tokens->weight));
+  const auto layer = a->model->layers[0]->as<models::LlamaDecoderLayerImpl>();
+  CHECK(torch::equal(layer->input_layernorm->weight, torch::ones({48})));
+  CHECK(torch::equal(layer->self_attn->q_proj->bias, torch::zeros({48})));
+  CHECK(layer->mlp->up_proj->weight.std().item<double>() == Approx(0.5).epsilon(0.1));
+  CHECK(!a->lm_head);  // tied
+}
+
+TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits", "[llama][memory]") {
+  // A model whose lm head dominates: vocab 16384, hidden 64, one layer, 4 x 512 tokens, float32.
+  // Full (tokens, vocab) float32 logits are 2048 * 16384 * 4 B = 128 MiB.
+  models::LlamaConfig c;
+  c.vocab_size = 16384, c.hidden_size = 64, c.num_layers = 1, c.num_heads = 4, c.num_kv_heads = 2;
+  c.intermediate_size = 128, c.max_seq_len = 512;
+  LlamaForCausalLM model(c, parallel::ParallelContext{}, 1);
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({512, 512, 512, 512}, c.vocab_size, 4));
+  const auto peak_mib = [&](models::LogProbOptions o) {
+    model->zero_grad();
+    test::PeakMemoryScope scope;
+    {
+      const models::TokenLogProbs r = model->log_probs(b.packed, b.packed_targets, o);
+      (r.logp.sum() + r.entropy.sum()).backward();
+    }
+    return static_cast<double>(scope.peak_bytes()) / (1 << 20);
+  };
+  const double full = peak_mib({true, false});
+  const double chunked = peak_mib({true, true, 256});
+  const double chunked_auto = peak_mib({true, true, 0});
+  std::printf("[memory] log-prob + entropy forward+backward, 2048 tokens x vocab 16384 (float32): peak tensor memory "
+              "unchunked %.1f MiB, chunked (256 tokens) %.1f MiB, chunked (auto, %lld tokens) %.1f MiB\n",
+              full, chunked, static_cast<long long>(parallel::logits_chunk_tokens({}, c.vocab_size, 4)), chunked_auto);
+  CHECK(full > 128.0 * 2);  // at least the logits and their log-softmax
+  CHECK(chunked < full / 4);
+  CHECK(chunked_auto < full / 2);
+}

@@ -1,0 +1,126 @@
+// Tensor / context parallel building blocks on one rank: the balanced shard split, tp layers that
+// reduce to plain layers with tp = 1, the chunked vocab log-prob against plain autograd (values
+// and gradients) and the CP shard layout.
+#include <catch2/catch.hpp>
+
+#include "llama_test_util.h"
+#include "parallel/context_parallel.h"
+#include "parallel/tp_layers.h"
+#include "parallel/vocab_parallel_logprob.h"
+
+using namespace tandem;
+using parallel::shard_range;
+
+TEST_CASE("shard_range splits evenly, the first ranks taking the remainder", "[tp]") {
+  CHECK(shard_range(97, 0, 2).begin == 0);
+  CHECK(shard_range(97, 0, 2).end == 49);
+  CHECK(shard_range(97, 1, 2).begin == 49);
+  CHECK(shard_range(97, 1, 2).end == 97);
+  CHECK(shard_range(6, 1, 2, 8).begin == 24);  // 6 heads of 8 over 2 ranks
+  CHECK(shard_range(6, 1, 2, 8).end == 48);
+  int64_t covered = 0;
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto s = shard_range(50, r, 4);
+    CHECK(s.begin == covered);
+    CHECK((s.size() == 12 || s.size() == 13));
+    covered = s.end;
+  }
+  CHECK(covered == 50);
+  CHECK_THROWS(shard_range(5, 2, 2));
+}
+
+TEST_CASE("with tp = 1 the parallel layers are plain layers", "[tp]") {
+  torch::manual_seed(3);
+  parallel::ColumnParallelLinear col(6, 10, true, parallel::ParallelContext{});
+  parallel::RowParallelLinear row(10, 4, true, parallel::ParallelContext{});
+  parallel::VocabParallelEmbedding emb(11, 6, parallel::ParallelContext{});
+  for (auto* p : {&col->weight, &col->bias, &row->weight, &row->bias, &emb->weight}) {
+    torch::NoGradGuard g;
+    p->normal_();
+  }
+  const torch::Tensor x = torch::randn({3, 6});
+  CHECK(torch::allclose(col(x), torch::linear(x, col->weight, col->bias)));
+  const torch::Tensor h = torch::randn({3, 10});
+  CHECK(torch::allclose(row(h), torch::linear(h, row->weight, row->bias)));
+  const torch::Tensor ids = torch::tensor({0, 10, 4}, torch::kInt64);
+  CHECK(torch::equal(emb(ids), emb->weight.index_select(0, ids)));
+  CHECK(col->out_range.size() == 10);
+  CHECK(emb->vocab_range.size() == 11);
+}
+
+TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (float64 1e-12)", "[tp]") {
+  // Errors relative to the largest magnitude of the reference tensor.
+  at::Generator gen = at::detail::createCPUGenerator(11);
+  const int64_t n = 23, d = 8, v = 37;
+  const torch::Tensor h0 = torch::randn({n, d}, gen, torch::kFloat64) * 2;
+  const torch::Tensor w0 = torch::randn({v, d}, gen, torch::kFloat64);
+  const torch::Tensor targets = torch::randint(v, {n}, gen, torch::kInt64);
+  const torch::Tensor gl = torch::randn({n}, gen, torch::kFloat64), ge = torch::randn({n}, gen, torch::kFloat64);
+  const auto run = [&](bool chunked, int64_t chunk) {
+    const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    const parallel::TokenLogProbs r =
+        chunked ? parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, {true, chunk})
+                : parallel::full_logits_log_probs(h, w, targets, 0, nullptr, true);
+    ((r.logp * gl).sum() + (r.entropy * ge).sum()).backward();
+    return std::vector<torch::Tensor>{r.logp.detach(), r.entropy.detach(), h.grad(), w.grad()};
+  };
+  const auto ref = run(false, 0);
+  // Independent check of the reference itself: log_softmax by hand.
+  const torch::Tensor z = torch::matmul(h0, w0.t());
+  const torch::Tensor lse = z.logsumexp(1);
+  CHECK(test::rel_to_max(ref[0], z.gather(1, targets.unsqueeze(1)).squeeze(1) - lse) < 1e-13);
+  for (int64_t chunk : {1, 5, 23, 100}) {
+    INFO("chunk " << chunk);
+    const auto got = run(true, chunk);
+    for (size_t i = 0; i < ref.size(); ++i) CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
+  }
+  CHECK(parallel::logits_chunk_tokens({}, 1000, 4) == parallel::kDefaultLogitsChunkBytes / 4000);
+  CHECK(parallel::logits_chunk_tokens({false, 9}, 1000, 4) == 9);
+}
+
+TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 statistics", "[tp]") {
+  at::Generator gen = at::detail::createCPUGenerator(12);
+  const torch::Tensor h = torch::randn({9, 16}, gen, torch::kFloat32);
+  const torch::Tensor w = torch::randn({30, 16}, gen, torch::kFloat32);
+  const torch::Tensor t = torch::randint(30, {9}, gen, torch::kInt64);
+  const auto ref = parallel::full_logits_log_probs(h.to(torch::kFloat64), w.to(torch::kFloat64), t, 0, nullptr, true);
+  const auto f32 = parallel::vocab_parallel_log_probs(h, w, t, 0, nullptr, {true, 4});
+  CHECK(f32.logp.scalar_type() == torch::kFloat32);
+  CHECK(test::rel_floor1(f32.logp, ref.logp) < 1e-5);
+  const auto bf16 = parallel::vocab_parallel_log_probs(h.to(torch::kBFloat16), w.to(torch::kBFloat16), t, 0, nullptr,
+                                                       {true, 4});
+  CHECK(bf16.logp.scalar_type() == torch::kFloat32);
+  CHECK(test::rel_floor1(bf16.logp, ref.logp) < 0.1);
+}
+
+TEST_CASE("CP shard: chunks i and 2cp-1-i of every sequence, segments and gather order", "[cp]") {
+  const torch::Tensor cu = torch::tensor({0, 8, 11, 12}, torch::kInt32);
+  const parallel::CpShard r0 = parallel::make_cp_shard(cu, 0, 2), r1 = parallel::make_cp_shard(cu, 1, 2);
+  CHECK(r0.tokens[0] == std::vector<int64_t>{0, 1, 6, 7, 10, 11});
+  CHECK(r0.tokens[1] == std::vector<int64_t>{2, 3, 4, 5, 8, 9});
+  CHECK(r1.tokens == r0.tokens);  // every rank knows the whole layout
+  REQUIRE(r0.segments.size() == 4);
+  CHECK(r0.segments[1].local_begin == 2);
+  CHECK(r0.segments[1].seq_offset == 6);
+  CHECK(r0.segments[2].sequence == 1);
+  CHECK(r0.segments[2].seq_offset == 2);
+  CHECK(r0.segments[3].sequence == 2);
+  REQUIRE(r1.segments.size() == 4);  // adjacent chunks stay separate segments
+  CHECK(r1.segments[0].seq_offset == 2);
+  CHECK(r1.segments[1].seq_offset == 4);
+  CHECK(r1.segments[3].sequence == 1);
+  CHECK(r1.segments[3].seq_offset == 1);
+  // gather_order inverts the rank-major concatenation.
+  std::vector<int64_t> rank_major = r0.tokens[0];
+  rank_major.insert(rank_major.end(), r0.tokens[1].begin(), r0.tokens[1].end());
+  for (int64_t t = 0; t < 12; ++t) CHECK(rank_major[r0.gather_order[t].item<int64_t>()] == t);
+  // Long sequences: every rank gets the same number of tokens and the same causal work.
+  const parallel::CpShard big = parallel::make_cp_shard(torch::tensor({0, 64, 128}, torch::kInt64), 0, 4);
+  for (int64_t r = 0; r < 4; ++r) {
+    CHECK(big.tokens[r].size() == 32u);
+    int64_t work = 0;
+    for (int64_t t : big.tokens[r]) work += t % 64 + 1;
+    CHECK(work == 2 * (64 * 65 / 2) / 4);
+  }
+  CHECK(parallel::cp_gather_outputs(torch::ones({3}), r0, nullptr).numel() == 3);  // cp = 1: identity
+}
