@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem::app {
 
@@ -25,5 +26,15 @@ struct BenchCommArgs {
   int64_t iters = 10;
 };
 int run_bench_comm(const BenchCommArgs& args, int rank, int world);
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string resume;
+};
+int run_train(const TrainArgs& args, int argc, char** argv);
+
+int run_ckpt_info(const std::string& path);
+int run_ckpt_export_hf(const std::string& path, const std::string& out);
 
 }  // namespace tandem::app

@@ -50,6 +50,21 @@ int main(int argc, char** argv) {
   add_recipe_options(check, check_args);
   check->add_option("--world-size", check_world, "also check parallel.{dp,cp,tp} against this many ranks");
 
+  tandem::app::TrainArgs train_args;
+  CLI::App* train = app.add_subcommand("train", "run GRPO / FlowGRPO training (launch with mpirun or srun)");
+  train->add_option("--config,-c", train_args.config_path, "recipe YAML (default: the embedded quickstart recipe)");
+  train->add_option("--set", train_args.overrides, "override a recipe key: --set run.steps=10")->take_all();
+  train->add_option("--resume", train_args.resume, "auto (latest checkpoint of the run, if any) or a checkpoint dir");
+
+  std::string ckpt_path, export_out;
+  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
+  ckpt->require_subcommand(1);
+  CLI::App* ckpt_info = ckpt->add_subcommand("info", "summarise a checkpoint (or a run's latest)");
+  ckpt_info->add_option("path", ckpt_path, "checkpoint or run directory")->required();
+  CLI::App* ckpt_export = ckpt->add_subcommand("export-hf", "copy the AR policy out as a Hugging Face directory");
+  ckpt_export->add_option("path", ckpt_path, "checkpoint or run directory")->required();
+  ckpt_export->add_option("out", export_out, "new output directory")->required();
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
   bench->require_subcommand(1);
   tandem::app::BenchScheduleArgs sched;
@@ -79,6 +94,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (*check) return run_check_config(check_args, check_world);
+    if (*train) return tandem::app::run_train(train_args, argc, argv);
+    if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
+    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
     if (*bench_comm) {
       tandem::parallel::MpiRuntime mpi(&argc, &argv);

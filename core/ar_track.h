@@ -32,6 +32,10 @@ class ArTrack final : public Track {
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
 
+  // Supervised warm-start on reference answers (tracks.ar.warmstart); returns the final loss.
+  // Gradients are summed over comms.grad; its own optimizer; logged, not in metrics.jsonl.
+  double warmstart();
+
   models::LlamaForCausalLM& model() { return policy_->model(); }
   const models::Tokenizer& tokenizer() const { return *tokenizer_; }
 

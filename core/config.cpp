@@ -139,6 +139,8 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   require(ar.algo.old_logp != OldLogp::kReuse || c.train.num_mini_batches == 1, "tracks.ar.algo.old_logp",
           "reuse is exact only with train.num_mini_batches: 1 (got " + std::to_string(c.train.num_mini_batches) +
               "); use recompute");
+  require(ar.warmstart.steps == 0 || ar.data.task != "jsonl" || !ar.data.answer_key.empty(),
+          "tracks.ar.warmstart.steps", "a warm-start needs reference answers (data.answer_key)");
   validate_geometry(c.train, "ar", ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode, m.max_seq_len,
                     "tracks.ar.model.max_seq_len");
 }

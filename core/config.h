@@ -119,6 +119,15 @@ struct ArAlgoConfig {
   std::optional<int64_t> loss_norm_len;  // null: rollout.max_new_tokens
 };
 
+// Supervised warm-start on the task's reference answers before RL (off by default). Built-in
+// synthetic tasks cannot be learned by RL from a random init in minutes: this gives the policy
+// the answer format so GRPO has a reward signal to climb. Runs once, on a fresh start only.
+struct ArWarmstartConfig {
+  int64_t steps = 0;
+  double lr = 1e-3;
+  int64_t batch_size = 32;  // sequences per step, over all dp ranks
+};
+
 struct ArTrackConfig {
   bool enabled = true;
   double weight = 1.0;
@@ -131,6 +140,7 @@ struct ArTrackConfig {
   RewardConfig reward{"exact_match", std::nullopt, 30.0};
   ArRolloutConfig rollout;
   ArAlgoConfig algo;
+  ArWarmstartConfig warmstart;
 };
 
 struct ImageModelConfig {

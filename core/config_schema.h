@@ -131,6 +131,12 @@ template <class V> void visit(V& v, ArAlgoConfig& c) {
   v.field("loss_norm_len", c.loss_norm_len, at_least(1));
 }
 
+template <class V> void visit(V& v, ArWarmstartConfig& c) {
+  v.field("steps", c.steps, at_least(0, "0 disables the warm-start"));
+  v.field("lr", c.lr, above(0));
+  v.field("batch_size", c.batch_size, at_least(1));
+}
+
 template <class V> void visit(V& v, ArTrackConfig& c) {
   v.field("enabled", c.enabled);
   v.field("weight", c.weight, above(0));
@@ -143,6 +149,7 @@ template <class V> void visit(V& v, ArTrackConfig& c) {
   v.section("reward", c.reward);
   v.section("rollout", c.rollout);
   v.section("algo", c.algo);
+  v.section("warmstart", c.warmstart);
 }
 
 template <class V> void visit(V& v, ImageModelConfig& c) {

@@ -1,6 +1,8 @@
 // The adapter only renames fields; the model does the work.
 #include "core/llama_policy.h"
 
+#include <type_traits>
+
 namespace tandem {
 
 LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options)
@@ -12,17 +14,32 @@ models::PackedInput to_model_input(const PackedBatch& b) {
 
 models::PaddedInput to_model_input(const PaddedBatch& b) { return {b.input_ids, b.position_ids, b.attention_mask}; }
 
+namespace {
+// Batches are collated on the host; a CUDA model gets its inputs moved once here.
+template <class Input>
+Input on_device(Input in, const torch::Device& d) {
+  if (d.is_cpu()) return in;
+  in.input_ids = in.input_ids.to(d);
+  in.position_ids = in.position_ids.to(d);
+  if constexpr (std::is_same_v<Input, models::PackedInput>) in.cu_seqlens = in.cu_seqlens.to(d);
+  else in.attention_mask = in.attention_mask.to(d);
+  return in;
+}
+}  // namespace
+
 PolicyModel::Output LlamaPolicy::forward_packed(const PackedBatch& batch, bool with_entropy) {
   models::LogProbOptions o = options_;
   o.with_entropy = with_entropy;
-  const models::TokenLogProbs r = model_->log_probs(to_model_input(batch), batch.targets, o);
+  const torch::Device d = model_->parameters().front().device();
+  const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
   return {r.logp, r.entropy};
 }
 
 PolicyModel::Output LlamaPolicy::forward_padded(const PaddedBatch& batch, bool with_entropy) {
   models::LogProbOptions o = options_;
   o.with_entropy = with_entropy;
-  const models::TokenLogProbs r = model_->log_probs(to_model_input(batch), batch.targets, o);
+  const torch::Device d = model_->parameters().front().device();
+  const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
   return {r.logp, r.entropy};
 }
 

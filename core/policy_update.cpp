@@ -45,13 +45,16 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
     old = (old_logp.defined() ? old_logp : b.rollout_logp).reshape({-1});
     seq_index = torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}).reshape({-1});
   }
+  // Host-collated fields follow the model's outputs to their device (a no-op on CPU).
+  mask = mask.to(logp.device()), adv = adv.to(logp.device()), old = old.to(logp.device());
+  seq_index = seq_index.to(logp.device());
   if (o.reuse_old_logp) old = logp.detach();
   const PolicyLoss pl = policy_loss(logp, old, adv, mask, seq_index, o.policy);
   torch::Tensor per_token = pl.loss;  // (T)
   MicroOutcome out;
   const torch::Tensor m = mask != 0;
   if (ref_logp.defined() && o.kl_coef != 0) {
-    const torch::Tensor kl = kl_penalty(logp, ref_logp.reshape({-1}), o.kl_estimator);
+    const torch::Tensor kl = kl_penalty(logp, ref_logp.reshape({-1}).to(logp.device()), o.kl_estimator);
     per_token = per_token + o.kl_coef * kl;
     out.kl_sum = torch::where(m, kl.detach(), torch::zeros_like(kl)).sum().item<double>();
   }

@@ -9,7 +9,7 @@
 
 namespace tandem {
 
-enum class Track { kAr, kImage };
+enum class TrackKind { kAr, kImage };
 
 // One AR sample: prompt + response tokens. Response-side vectors have one entry per response
 // token (tokens.size() - prompt_len).

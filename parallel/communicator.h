@@ -43,9 +43,10 @@ std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroups& groups,
 // A communicator over an arbitrary MPI communicator (duplicated; used by tests and benchmarks).
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, const std::string& name, double timeout_s);
 
-// The group of `axis` over NCCL on the current CUDA device; the unique id is broadcast over MPI.
-// Throws UserError when tandem was built without NCCL (see nccl_available()).
-std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups, Axis axis, double timeout_s);
+// The group of `axis` over NCCL on CUDA device `cuda_device` (made current); the unique id is
+// broadcast over MPI. Throws UserError when tandem was built without NCCL (see nccl_available()).
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups, Axis axis, double timeout_s,
+                                                     int cuda_device);
 
 bool nccl_available();  // compiled with NCCL support
 

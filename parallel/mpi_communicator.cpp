@@ -77,7 +77,12 @@ class MpiCommunicator final : public Communicator {
   std::string name() const override { return "mpi:" + name_; }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
-    require_cpu_contiguous(t, "all_reduce");
+    if (!t.device().is_cpu()) {  // backend mpi with a CUDA model: stage through host memory
+      torch::Tensor host = t.to(torch::kCPU);
+      all_reduce(host, op);
+      t.copy_(host);
+      return;
+    }
     MPI_Datatype type = reduce_type(t.scalar_type());
     if (type == MPI_DATATYPE_NULL) {  // bfloat16 / half / bool: reduce a float32 copy
       torch::Tensor f = t.to(torch::kFloat32);
@@ -145,7 +150,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   void broadcast(torch::Tensor& t, int64_t root) override {
-    require_cpu_contiguous(t, "broadcast");
+    if (!t.device().is_cpu()) {
+      torch::Tensor host = t.to(torch::kCPU);
+      broadcast(host, root);
+      t.copy_(host);
+      return;
+    }
     torch::Tensor c = t.is_contiguous() ? t : t.contiguous();
     WatchdogScope guard(name() + " broadcast", timeout_s_);
     TANDEM_MPI_CHECK(MPI_Bcast(c.data_ptr(), to_int(c.numel() * c.element_size(), "broadcast"), MPI_BYTE,

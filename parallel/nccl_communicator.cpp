@@ -75,7 +75,9 @@ int64_t row_elems(const torch::Tensor& t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm mpi, std::string name, double timeout_s) : name_(std::move(name)), timeout_s_(timeout_s) {
+  NcclCommunicator(MPI_Comm mpi, std::string name, double timeout_s, int cuda_device)
+      : name_(std::move(name)), timeout_s_(timeout_s) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(cuda_device));
     TANDEM_MPI_OK(MPI_Comm_dup(mpi, &mpi_));
     int r = 0, s = 0;
     TANDEM_MPI_OK(MPI_Comm_rank(mpi_, &r));
@@ -248,9 +250,10 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups, Axis axis, double timeout_s) {
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups, Axis axis, double timeout_s,
+                                                     int cuda_device) {
   static const char* kNames[] = {"world", "dp", "cp", "tp", "dp_cp"};
-  return std::make_unique<NcclCommunicator>(groups.comm(axis), kNames[static_cast<int>(axis)], timeout_s);
+  return std::make_unique<NcclCommunicator>(groups.comm(axis), kNames[static_cast<int>(axis)], timeout_s, cuda_device);
 }
 
 bool nccl_available() { return true; }
@@ -264,7 +267,7 @@ bool nccl_available() { return true; }
 
 namespace tandem::parallel {
 
-std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups&, Axis, double) {
+std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups&, Axis, double, int) {
   throw UserError("parallel.backend: this tandem was built without NCCL (CUDA toolkit + NCCL not found at build "
                   "time); use parallel.backend: mpi or rebuild with CUDA");
 }

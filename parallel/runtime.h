@@ -14,12 +14,13 @@ class MpiRuntime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }  // rank among the processes of this node
+  int local_size() const { return local_size_; }  // processes of this job on this node
 
   // Ends every rank of the job with `code` (MPI_Abort on MPI_COMM_WORLD). Never returns.
   [[noreturn]] static void abort_job(int code);
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
 }  // namespace tandem::parallel

@@ -1,0 +1,65 @@
+// `tandem train`: MPI start-up, the validated layout, process groups and communicators, then
+// the Trainer. Any rank's failure ends the whole job (bad input: exit 2).
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "apps/commands.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/trainer.h"
+#include "parallel/communicator.h"
+#include "parallel/process_groups.h"
+#include "parallel/runtime.h"
+
+namespace tandem::app {
+
+int run_train(const TrainArgs& args, int argc, char** argv) {
+  parallel::MpiRuntime mpi(&argc, &argv);
+  try {
+    Config config = load_config(args.config_path, args.overrides);
+    validate(config, mpi.size());
+    const auto dims = parallel::ParallelDims::resolve(config.parallel.dp, config.parallel.cp, config.parallel.tp, mpi.size());
+    parallel::ProcessGroups groups(MPI_COMM_WORLD, dims);
+    const double timeout = config.parallel.timeout_s;
+    using parallel::Axis;
+    auto world = parallel::make_mpi_communicator(groups, Axis::kWorld, timeout);
+    auto dp = parallel::make_mpi_communicator(groups, Axis::kDp, timeout);
+    auto cp = parallel::make_mpi_communicator(groups, Axis::kCp, timeout);
+    auto tp = parallel::make_mpi_communicator(groups, Axis::kTp, timeout);
+    auto dp_cp = parallel::make_mpi_communicator(groups, Axis::kDpCp, timeout);
+    TrainerComms comms{world.get(), dp.get(), cp.get(), tp.get(), dp_cp.get(), tp.get(), cp.get(), dp_cp.get()};
+    // On CUDA with NCCL available (backend auto|nccl), model tensors move over NCCL.
+    std::unique_ptr<parallel::Communicator> nccl_tp, nccl_cp, nccl_grad;
+    const bool cuda = config.run.device == Device::kCuda ||
+                      (config.run.device == Device::kAuto && torch::cuda::is_available());
+    if (config.parallel.backend == Backend::kNccl && !cuda)
+      throw UserError("parallel.backend: nccl needs run.device cuda (or auto with a visible GPU)");
+    if (cuda && config.parallel.backend != Backend::kMpi && parallel::nccl_available()) {
+      const int device = static_cast<int>(mpi.local_rank() % std::max<int64_t>(1, torch::cuda::device_count()));
+      nccl_tp = parallel::make_nccl_communicator(groups, Axis::kTp, timeout, device);
+      nccl_cp = parallel::make_nccl_communicator(groups, Axis::kCp, timeout, device);
+      nccl_grad = parallel::make_nccl_communicator(groups, Axis::kDpCp, timeout, device);
+      comms.model_tp = nccl_tp.get(), comms.model_cp = nccl_cp.get(), comms.grad = nccl_grad.get();
+    } else if (config.parallel.backend == Backend::kNccl) {
+      throw UserError("parallel.backend: nccl requested but this tandem was built without NCCL");
+    }
+    TrainOptions options;
+    options.resume = args.resume;
+    options.local_rank = mpi.local_rank();
+    options.local_ranks = mpi.local_size();
+    Trainer(std::move(config), dims, comms, options).run();
+    return 0;
+  } catch (const UserError& e) {
+    std::cerr << "tandem: error" << (mpi.size() > 1 ? " (rank " + std::to_string(mpi.rank()) + ")" : "") << ": "
+              << e.what() << "\n";
+    if (mpi.size() > 1) parallel::MpiRuntime::abort_job(2);
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tandem: internal error (rank " << mpi.rank() << "): " << e.what() << "\n";
+    if (mpi.size() > 1) parallel::MpiRuntime::abort_job(1);
+    return 1;
+  }
+}
+
+}  // namespace tandem::app

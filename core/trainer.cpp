@@ -1,0 +1,271 @@
+// The loop: every enabled track prepares its step, then each mini-batch accumulates every
+// track's weighted loss and takes one optimizer update over all parameters. Rank 0 owns the
+// run directory's files; checkpoints are collective (model shards gathered over tp).
+#include "core/trainer.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "core/ar_track.h"
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/lr_schedule.h"
+#include "core/policy_update.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+
+namespace {
+
+// Fault injection for the crash-safety tests (tests/e2e/): TANDEM_TEST_KILL=<where>:<step>
+// SIGKILLs rank 0 at that point. <where> is "after_step" or "in_checkpoint" (files staged, not
+// committed). Unset in normal runs.
+void maybe_kill(const char* where, int64_t step) {
+  static const char* spec = std::getenv("TANDEM_TEST_KILL");
+  if (!spec) return;
+  const std::string s(spec);
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || s.substr(0, colon) != where || std::stoll(s.substr(colon + 1)) != step) return;
+  std::fprintf(stderr, "tandem: TANDEM_TEST_KILL=%s: killing rank 0\n", spec);
+  std::fflush(nullptr);
+  std::raise(SIGKILL);
+}
+
+}  // namespace
+
+std::string run_directory(const Config& c) { return c.run.out_dir + "/" + c.run.name; }
+
+std::string incompatible_change(const Config& saved, const Config& current) {
+  // Compare only what a checkpoint's tensors depend on, through the resolved YAML text.
+  auto shape_of = [](const Config& c) {
+    Config only;
+    only.tracks.ar.enabled = c.tracks.ar.enabled;
+    only.tracks.ar.model = c.tracks.ar.model;
+    only.tracks.ar.model.hf_dir.reset();  // where the initial weights came from does not matter
+    only.tracks.ar.tokenizer = c.tracks.ar.tokenizer;
+    only.tracks.image.enabled = c.tracks.image.enabled;
+    only.tracks.image.model = c.tracks.image.model;
+    return to_yaml(only);
+  };
+  const std::string a = shape_of(saved), b = shape_of(current);
+  if (a == b) return "";
+  std::istringstream sa(a), sb(b);
+  std::string la, lb, section;
+  while (std::getline(sa, la) && std::getline(sb, lb)) {
+    if (!la.empty() && la[0] != ' ') section = la;
+    if (la != lb) return "the checkpoint's recipe differs in model or tokenizer (" + section + " ... '" + la +
+                         "' vs now '" + lb + "')";
+  }
+  return "the checkpoint's recipe differs in model or tokenizer";
+}
+
+struct Trainer::Impl {
+  Config config;
+  parallel::ParallelDims dims;
+  TrainerComms comms;
+  TrainOptions options;
+  std::string run_dir;
+  torch::Device device{torch::kCPU};
+  torch::Dtype dtype = torch::kFloat32;
+  std::vector<std::unique_ptr<Track>> tracks;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<MetricsWriter> metrics;
+  int64_t start_step = 0;
+  bool rank0 = false;
+
+  Impl(Config c, const parallel::ParallelDims& d, TrainerComms cm, TrainOptions o)
+      : config(std::move(c)), dims(d), comms(cm), options(std::move(o)) {}
+
+  void setup_logging() {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    std::vector<spdlog::sink_ptr> sinks{console};
+    if (rank0) sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_dir + "/train.log"));
+    auto logger = std::make_shared<spdlog::logger>("tandem", sinks.begin(), sinks.end());
+    logger->set_level(rank0 ? spdlog::level::info : spdlog::level::warn);
+    logger->set_pattern("[%H:%M:%S] %v");
+    spdlog::set_default_logger(logger);
+  }
+
+  void setup_run_dir() {
+    const bool resuming = !options.resume.empty();
+    if (rank0) {
+      CheckpointDir ckpts(run_dir, config.run.keep_last);
+      if (!resuming && !ckpts.committed_steps().empty())
+        throw UserError("run directory " + run_dir + " already holds checkpoints; pass --resume auto to continue it "
+                        "or set run.name to start a new run");
+      fs::create_directories(run_dir);
+      std::ofstream(run_dir + "/recipe.yaml") << to_yaml(config);
+    }
+    comms.world->barrier();
+  }
+
+  void setup_device() {
+    const Device want = config.run.device;
+    if (want == Device::kCuda || (want == Device::kAuto && torch::cuda::is_available())) {
+      if (!torch::cuda::is_available())
+        throw UserError("run.device: cuda requested but no CUDA device is visible to this LibTorch build");
+      device = torch::Device(torch::kCUDA, static_cast<int>(options.local_rank % torch::cuda::device_count()));
+    }
+    dtype = config.run.dtype == DType::kFloat64 ? torch::kFloat64
+            : config.run.dtype == DType::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = std::max<int>(1, hw / static_cast<int>(std::max<int64_t>(1, options.local_ranks)));
+    torch::set_num_threads(threads);
+    spdlog::info("tandem: {} | device {} | dtype {} | {} intra-op threads per rank", dims.to_string(),
+                 device.str(), to_string(config.run.dtype), threads);
+  }
+
+  void build_tracks() {
+    if (config.tracks.ar.enabled) tracks.push_back(std::make_unique<ArTrack>(config, comms, device, dtype));
+    if (config.tracks.image.enabled)
+      throw UserError("tracks.image.enabled: the image track is not available in this build yet (issue [6/6])");
+    std::vector<torch::Tensor> params;
+    for (auto& t : tracks)
+      for (auto& p : t->parameters()) params.push_back(p);
+    const auto& o = config.optim;
+    optimizer = std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+  }
+
+  std::string optimizer_file(const std::string& dir) const {
+    const auto c = dims.coord(comms.world->rank());
+    return dir + "/optimizer_tp" + std::to_string(c.tp) + ".pt";
+  }
+
+  void resume() {
+    const auto path = CheckpointDir::resolve(run_dir, options.resume);
+    if (!path) {
+      spdlog::info("resume: no checkpoint in {}; starting fresh", run_dir);
+      return;
+    }
+    const Config saved = load_config(*path + "/recipe.yaml", {});
+    const std::string why = incompatible_change(saved, config);
+    if (!why.empty()) throw UserError("--resume " + *path + ": " + why + "; start a new run instead");
+    std::ifstream in(*path + "/trainer_state.json");
+    const nlohmann::json state = nlohmann::json::parse(in);
+    for (auto& t : tracks) {
+      t->load(*path);
+      t->restore(state.at("tracks").at(t->name()));
+    }
+    torch::load(*optimizer, optimizer_file(*path));
+    start_step = state.at("completed_steps").get<int64_t>();
+    spdlog::info("resume: {} at step {}", *path, start_step);
+  }
+
+  void save_checkpoint(int64_t completed) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CheckpointDir ckpts(run_dir, config.run.keep_last);
+    if (rank0) ckpts.begin(completed);
+    comms.world->barrier();
+    const std::string dir = ckpts.staging_path(completed);
+    for (auto& t : tracks) t->save(dir);
+    const auto c = dims.coord(comms.world->rank());
+    if (c.dp == 0 && c.cp == 0) torch::save(*optimizer, optimizer_file(dir));
+    if (rank0) {
+      nlohmann::json state;
+      state["completed_steps"] = completed;
+      state["recipe_hash"] = std::hash<std::string>{}(to_yaml(config));
+      for (auto& t : tracks) state["tracks"][t->name()] = t->state();
+      std::ofstream(dir + "/trainer_state.json") << state.dump(2) << "\n";
+      std::ofstream(dir + "/recipe.yaml") << to_yaml(config);
+    }
+    comms.world->barrier();
+    if (rank0) maybe_kill("in_checkpoint", completed);
+    if (rank0) ckpts.commit(completed);
+    comms.world->barrier();
+    spdlog::info("checkpoint: step {} saved in {:.1f} s", completed,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  MetricMap step(int64_t step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = learning_rate(config.optim.lr, config.optim.schedule, config.optim.warmup_steps,
+                                    config.run.steps, step);
+    for (auto& group : optimizer->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    std::vector<MetricMap> per_track(tracks.size());
+    for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
+    std::vector<torch::Tensor> params;
+    for (auto& t : tracks)
+      for (auto& p : t->parameters()) params.push_back(p);
+    double grad_norm = 0, skipped = 0;
+    const int64_t minis = config.train.num_mini_batches;
+    for (int64_t mini = 0; mini < minis; ++mini) {
+      for (size_t i = 0; i < tracks.size(); ++i) {
+        const double weight = tracks[i]->name() == "ar" ? config.tracks.ar.weight : config.tracks.image.weight;
+        tracks[i]->accumulate(mini, tracks.size() > 1 ? weight : 1.0, per_track[i]);
+      }
+      const StepOutcome out = reduce_and_step(params, *optimizer, *comms.grad, config.optim.grad_clip, true);
+      grad_norm += out.grad_norm / static_cast<double>(minis);
+      skipped += out.applied ? 0 : 1;
+    }
+    MetricMap m;
+    for (size_t i = 0; i < tracks.size(); ++i) {
+      tracks[i]->finish(per_track[i]);
+      for (const auto& [k, v] : per_track[i]) m[tracks[i]->name() + "/" + k] = v;
+    }
+    m["lr"] = lr;
+    m["grad_norm"] = grad_norm;
+    m["steps/skipped_updates"] = skipped;
+    m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+  }
+
+  void log_progress(int64_t completed, const MetricMap& m, double elapsed_s, int64_t steps_done) {
+    const double per_step = steps_done > 0 ? elapsed_s / steps_done : 0;
+    const double eta = per_step * static_cast<double>(config.run.steps - completed);
+    auto get = [&](const std::string& k) { auto it = m.find(k); return it == m.end() ? 0.0 : it->second; };
+    spdlog::info("step {}/{} | {:.2f} s/step, eta {:.0f} s | reward {:.3f} | loss {:+.4f} | clip {:.3f} | "
+                 "len {:.1f} | gen {:.2f}s old {:.2f}s train {:.2f}s | train tok/s {:.0f}",
+                 completed, config.run.steps, per_step, eta, get("ar/reward/mean"), get("ar/loss"),
+                 get("ar/pg/clipfrac"), get("ar/response/len_mean"), get("ar/time/generate_s"),
+                 get("ar/time/old_logp_s"), get("ar/time/train_s"), get("ar/perf/train_tokens_per_s"));
+  }
+
+  void run() {
+    rank0 = comms.world->rank() == 0;
+    run_dir = run_directory(config);
+    setup_run_dir();
+    setup_logging();
+    if (rank0) spdlog::info("resolved recipe (saved to {}/recipe.yaml):\n{}", run_dir, to_yaml(config));
+    setup_device();
+    build_tracks();
+    if (!options.resume.empty()) resume();
+    if (start_step == 0)
+      for (auto& t : tracks)
+        if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
+    if (rank0) metrics = std::make_unique<MetricsWriter>(run_dir, start_step);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t s = start_step; s < config.run.steps; ++s) {
+      const MetricMap m = step(s);
+      const int64_t completed = s + 1;
+      if (rank0) {
+        metrics->write(completed, m);
+        if (completed % config.run.log_every == 0 || completed == config.run.steps)
+          log_progress(completed, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                       completed - start_step);
+      }
+      if ((config.run.save_every > 0 && completed % config.run.save_every == 0) || completed == config.run.steps)
+        save_checkpoint(completed);
+      if (rank0) maybe_kill("after_step", completed);
+    }
+    spdlog::info("done: {} steps; metrics in {}/metrics.jsonl", config.run.steps, run_dir);
+  }
+};
+
+Trainer::Trainer(Config config, const parallel::ParallelDims& dims, TrainerComms comms, TrainOptions options)
+    : impl_(std::make_unique<Impl>(std::move(config), dims, comms, std::move(options))) {}
+Trainer::~Trainer() = default;
+void Trainer::run() { impl_->run(); }
+
+}  // namespace tandem
