@@ -185,6 +185,18 @@ struct ImageAlgoConfig {
   OldLogp old_logp = OldLogp::kRecompute;
 };
 
+// Rectified-flow pretraining of the image policy on the built-in dataset, so FlowGRPO starts
+// from a model that already draws the classes. `path`: where the pretrained weights live; when
+// it already holds them they are loaded, else `steps` of pretraining run (on a fresh start) and
+// are saved there. `tandem pretrain-flow` runs only this phase.
+struct ImagePretrainConfig {
+  int64_t steps = 0;
+  double lr = 1e-3;
+  int64_t batch_size = 64;
+  double label_dropout = 0.1;  // share of null-class labels, for classifier-free guidance
+  std::optional<std::string> path;
+};
+
 struct ImageTrackConfig {
   bool enabled = false;
   double weight = 1.0;
@@ -197,6 +209,7 @@ struct ImageTrackConfig {
   SamplerConfig sampler;
   ImageRolloutConfig rollout;
   ImageAlgoConfig algo;
+  ImagePretrainConfig pretrain;
 };
 
 struct TracksConfig {

@@ -190,6 +190,14 @@ template <class V> void visit(V& v, ImageAlgoConfig& c) {
   v.field("old_logp", c.old_logp);
 }
 
+template <class V> void visit(V& v, ImagePretrainConfig& c) {
+  v.field("steps", c.steps, at_least(0, "0 skips pretraining"));
+  v.field("lr", c.lr, above(0));
+  v.field("batch_size", c.batch_size, at_least(1));
+  v.field("label_dropout", c.label_dropout, half_open(0, 1));
+  v.field("path", c.path);
+}
+
 template <class V> void visit(V& v, ImageTrackConfig& c) {
   v.field("enabled", c.enabled);
   v.field("weight", c.weight, above(0));
@@ -202,6 +210,7 @@ template <class V> void visit(V& v, ImageTrackConfig& c) {
   v.section("sampler", c.sampler);
   v.section("rollout", c.rollout);
   v.section("algo", c.algo);
+  v.section("pretrain", c.pretrain);
 }
 
 template <class V> void visit(V& v, TracksConfig& c) {

@@ -98,14 +98,81 @@ std::vector<ArSample> deserialize_samples(const uint8_t* data, size_t size) {
   return out;
 }
 
-RolloutDirectory gather_directory(const std::vector<ArSample>& local, parallel::Communicator& dp) {
-  // One row per sample: (id, tokens, action_tokens, group_id).
-  torch::Tensor rows = torch::empty({static_cast<int64_t>(local.size()), 4}, torch::kInt64);  // (n, 4)
-  auto acc = rows.accessor<int64_t, 2>();
-  for (size_t i = 0; i < local.size(); ++i) {
-    const SampleCost c = cost_of(local[i]);
-    acc[i][0] = local[i].index, acc[i][1] = c.tokens, acc[i][2] = c.action_tokens, acc[i][3] = c.group_id;
+namespace {
+
+void put_tensor(std::vector<uint8_t>& out, const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU).contiguous();
+  put<int64_t>(out, static_cast<int64_t>(c.scalar_type()));
+  put_array(out, c.sizes().vec());
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  put<int64_t>(out, c.numel() * static_cast<int64_t>(c.element_size()));
+  out.insert(out.end(), p, p + c.numel() * c.element_size());
+}
+
+torch::Tensor get_tensor(Reader& r) {
+  const auto type = static_cast<torch::ScalarType>(r.get<int64_t>());
+  if (type != torch::kFloat32 && type != torch::kFloat64 && type != torch::kBFloat16)
+    throw std::runtime_error("deserialize_image_samples: unexpected dtype");
+  const std::vector<int64_t> shape = r.get_array<int64_t>();
+  const std::vector<uint8_t> bytes = r.get_array<uint8_t>();
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
+  if (static_cast<size_t>(t.numel() * t.element_size()) != bytes.size())
+    throw std::runtime_error("deserialize_image_samples: tensor size mismatch");
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_samples(const std::vector<const ImageSample*>& samples) {
+  std::vector<uint8_t> out;
+  for (const ImageSample* s : samples) {
+    put<int64_t>(out, s->class_label);
+    put<int64_t>(out, s->group_id);
+    put<int64_t>(out, s->index);
+    put<double>(out, s->reward);
+    put<double>(out, s->advantage);
+    put_array(out, s->train_timesteps);
+    put_tensor(out, s->latents);
+    put_tensor(out, s->log_probs);
+    put_tensor(out, s->sigmas);
   }
+  return out;
+}
+
+std::vector<ImageSample> deserialize_image_samples(const uint8_t* data, size_t size) {
+  std::vector<ImageSample> out;
+  Reader r(data, size);
+  while (!r.done()) {
+    ImageSample s;
+    s.class_label = r.get<int64_t>();
+    s.group_id = r.get<int64_t>();
+    s.index = r.get<int64_t>();
+    s.reward = r.get<double>();
+    s.advantage = r.get<double>();
+    s.train_timesteps = r.get_array<int64_t>();
+    s.latents = get_tensor(r);
+    s.log_probs = get_tensor(r);
+    s.sigmas = get_tensor(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+RolloutDirectory gather_directory(const std::vector<ArSample>& local, parallel::Communicator& dp) {
+  std::vector<int64_t> ids;
+  std::vector<SampleCost> costs;
+  for (const auto& s : local) ids.push_back(s.index), costs.push_back(cost_of(s));
+  return gather_directory(ids, costs, dp);
+}
+
+RolloutDirectory gather_directory(const std::vector<int64_t>& ids, const std::vector<SampleCost>& costs,
+                                  parallel::Communicator& dp) {
+  // One row per sample: (id, tokens, action_tokens, group_id).
+  torch::Tensor rows = torch::empty({static_cast<int64_t>(ids.size()), 4}, torch::kInt64);  // (n, 4)
+  auto acc = rows.accessor<int64_t, 2>();
+  for (size_t i = 0; i < ids.size(); ++i)
+    acc[i][0] = ids[i], acc[i][1] = costs[i].tokens, acc[i][2] = costs[i].action_tokens, acc[i][3] = costs[i].group_id;
   torch::Tensor all = dp.all_gather_v(rows);  // (N, 4)
   const int64_t n = all.size(0);
   std::vector<std::array<int64_t, 4>> table(n);
@@ -133,11 +200,15 @@ std::vector<int64_t> destinations(const Schedule& schedule, size_t num_samples) 
   return dest;
 }
 
-std::vector<ArSample> exchange_samples(const std::vector<ArSample>& local, const RolloutDirectory& directory,
-                                       const std::vector<int64_t>& destination, parallel::Communicator& dp) {
+namespace {
+
+// One all-to-all of each destination's serialized samples; returns the bytes received.
+template <class Sample>
+torch::Tensor send_to_destinations(const std::vector<Sample>& local, const RolloutDirectory& directory,
+                                   const std::vector<int64_t>& destination, parallel::Communicator& dp) {
   const int64_t world = dp.size();
-  std::vector<std::vector<const ArSample*>> outgoing(world);
-  for (const ArSample& s : local) outgoing.at(destination.at(directory.position_of(s.index))).push_back(&s);
+  std::vector<std::vector<const Sample*>> outgoing(world);
+  for (const Sample& s : local) outgoing.at(destination.at(directory.position_of(s.index))).push_back(&s);
   std::vector<uint8_t> bytes;
   std::vector<int64_t> counts(world);
   for (int64_t r = 0; r < world; ++r) {
@@ -146,10 +217,29 @@ std::vector<ArSample> exchange_samples(const std::vector<ArSample>& local, const
     bytes.insert(bytes.end(), part.begin(), part.end());
   }
   torch::Tensor send = torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::vector<int64_t> recv_counts;
-  torch::Tensor recv = dp.all_to_all_v(send, counts, &recv_counts);  // (bytes received)
-  std::vector<ArSample> out = deserialize_samples(recv.data_ptr<uint8_t>(), static_cast<size_t>(recv.numel()));
-  std::sort(out.begin(), out.end(), [](const ArSample& a, const ArSample& b) { return a.index < b.index; });
+  return dp.all_to_all_v(send, counts, nullptr);  // (bytes received)
+}
+
+template <class Sample>
+void sort_by_id(std::vector<Sample>& v) {
+  std::sort(v.begin(), v.end(), [](const Sample& a, const Sample& b) { return a.index < b.index; });
+}
+
+}  // namespace
+
+std::vector<ArSample> exchange_samples(const std::vector<ArSample>& local, const RolloutDirectory& directory,
+                                       const std::vector<int64_t>& destination, parallel::Communicator& dp) {
+  const torch::Tensor recv = send_to_destinations(local, directory, destination, dp);
+  auto out = deserialize_samples(recv.data_ptr<uint8_t>(), static_cast<size_t>(recv.numel()));
+  sort_by_id(out);
+  return out;
+}
+
+std::vector<ImageSample> exchange_samples(const std::vector<ImageSample>& local, const RolloutDirectory& directory,
+                                          const std::vector<int64_t>& destination, parallel::Communicator& dp) {
+  const torch::Tensor recv = send_to_destinations(local, directory, destination, dp);
+  auto out = deserialize_image_samples(recv.data_ptr<uint8_t>(), static_cast<size_t>(recv.numel()));
+  sort_by_id(out);
   return out;
 }
 

@@ -33,6 +33,7 @@ struct ImageSample {
   torch::Tensor latents;     // (S+1, C, H, W) the trajectory x_0 (noise) .. x_S (image)
   torch::Tensor log_probs;   // (S) each transition's Gaussian log-density (mean over elements)
   torch::Tensor sigmas;      // (S+1) the noise level at each trajectory point
+  std::vector<int64_t> train_timesteps;  // transitions the update trains (a fraction of the S)
   int64_t class_label = 0;
   double reward = 0;
   double advantage = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/ar_track.h"
+#include "core/image_track.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/lr_schedule.h"
@@ -127,8 +128,7 @@ struct Trainer::Impl {
 
   void build_tracks() {
     if (config.tracks.ar.enabled) tracks.push_back(std::make_unique<ArTrack>(config, comms, device, dtype));
-    if (config.tracks.image.enabled)
-      throw UserError("tracks.image.enabled: the image track is not available in this build yet (issue [6/6])");
+    if (config.tracks.image.enabled) tracks.push_back(std::make_unique<ImageTrack>(config, comms, device, dtype));
     std::vector<torch::Tensor> params;
     for (auto& t : tracks)
       for (auto& p : t->parameters()) params.push_back(p);
@@ -225,11 +225,16 @@ struct Trainer::Impl {
     const double per_step = steps_done > 0 ? elapsed_s / steps_done : 0;
     const double eta = per_step * static_cast<double>(config.run.steps - completed);
     auto get = [&](const std::string& k) { auto it = m.find(k); return it == m.end() ? 0.0 : it->second; };
-    spdlog::info("step {}/{} | {:.2f} s/step, eta {:.0f} s | reward {:.3f} | loss {:+.4f} | clip {:.3f} | "
-                 "len {:.1f} | gen {:.2f}s old {:.2f}s train {:.2f}s | train tok/s {:.0f}",
-                 completed, config.run.steps, per_step, eta, get("ar/reward/mean"), get("ar/loss"),
-                 get("ar/pg/clipfrac"), get("ar/response/len_mean"), get("ar/time/generate_s"),
-                 get("ar/time/old_logp_s"), get("ar/time/train_s"), get("ar/perf/train_tokens_per_s"));
+    std::string line = fmt::format("step {}/{} | {:.2f} s/step, eta {:.0f} s", completed, config.run.steps, per_step, eta);
+    for (auto& t : tracks) {
+      const std::string n = t->name();
+      line += fmt::format(" | {} reward {:.3f} loss {:+.4f} clip {:.3f} gen {:.2f}s train {:.2f}s", n,
+                          get(n + "/reward/mean"), get(n + "/loss"), get(n + "/pg/clipfrac"),
+                          get(n + "/time/generate_s"), get(n + "/time/train_s"));
+      if (n == "ar")
+        line += fmt::format(" len {:.1f} tok/s {:.0f}", get("ar/response/len_mean"), get("ar/perf/train_tokens_per_s"));
+    }
+    spdlog::info("{}", line);
   }
 
   void run() {
@@ -240,6 +245,11 @@ struct Trainer::Impl {
     if (rank0) spdlog::info("resolved recipe (saved to {}/recipe.yaml):\n{}", run_dir, to_yaml(config));
     setup_device();
     build_tracks();
+    // Pretrained image weights (or pretraining) come first: they are the KL reference and the
+    // starting point a resume then overwrites.
+    const bool fresh = CheckpointDir::resolve(run_dir, options.resume) == std::nullopt;
+    for (auto& t : tracks)
+      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->pretrain_or_load(fresh);
     if (!options.resume.empty()) resume();
     if (start_step == 0)
       for (auto& t : tracks)
@@ -255,6 +265,10 @@ struct Trainer::Impl {
           log_progress(completed, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                        completed - start_step);
       }
+      if (rank0 && (completed % (config.run.log_every * 10) == 0 || completed == config.run.steps))
+        for (auto& t : tracks)
+          if (auto* im = dynamic_cast<ImageTrack*>(t.get()))
+            im->write_sample_grid(run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".png");
       if ((config.run.save_every > 0 && completed % config.run.save_every == 0) || completed == config.run.steps)
         save_checkpoint(completed);
       if (rank0) maybe_kill("after_step", completed);

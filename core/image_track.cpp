@@ -1,0 +1,376 @@
+// FlowGRPO (Liu et al. 2025) in the engine's data path. Departures from the reference code:
+// each sample's trained timesteps come from its own seeded permutation (not a batch shuffle), so
+// they do not depend on the layout; the loss is aggregated over the whole mini-batch with the
+// schedule's denominators (the reference averages per micro and per timestep).
+#include "core/image_track.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "core/advantage.h"
+#include "core/error.h"
+#include "core/flow_pretrain.h"
+#include "core/image_io.h"
+#include "core/rewards/image_rewards.h"
+#include "core/rewards/reward_factory.h"
+#include "core/tasks/shapes.h"
+#include "models/dit/flow_sde.h"
+#include "models/dit/sampler.h"
+#include "models/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The class of prompt slot j of a step: a pure function of (seed, step, j), whatever the layout.
+int64_t slot_label(uint64_t seed, int64_t step, int64_t slot, int64_t num_classes) {
+  return static_cast<int64_t>(mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(slot)) %
+                              static_cast<uint64_t>(num_classes));
+}
+
+// `count` of the `steps` transitions, chosen by a Fisher-Yates shuffle from the sample's own
+// stream (std::shuffle's algorithm is implementation-defined), ascending.
+std::vector<int64_t> pick_timesteps(uint64_t seed, int64_t steps, int64_t count) {
+  std::vector<int64_t> t(steps);
+  std::iota(t.begin(), t.end(), 0);
+  std::mt19937_64 rng(seed);
+  for (int64_t i = steps - 1; i > 0; --i) std::swap(t[i], t[static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1))]);
+  t.resize(count);
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+models::DitConfig dit_config(const ImageModelConfig& m) {
+  models::DitConfig c;
+  c.image_size = m.image_size;
+  c.channels = m.channels;
+  c.patch_size = m.patch_size;
+  c.hidden_size = m.hidden_size;
+  c.num_layers = m.num_layers;
+  c.num_heads = m.num_heads;
+  c.num_classes = m.num_classes;
+  return c;
+}
+
+std::map<std::string, torch::Tensor> parameters_by_name(models::DitImpl& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach();
+  return out;
+}
+
+void load_parameters(models::DitImpl& model, const std::string& path) {
+  const auto tensors = models::load_safetensors(path);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters()) {
+    auto it = tensors.find(p.key());
+    if (it == tensors.end()) throw UserError(path + ": missing tensor " + p.key());
+    if (it->second.sizes() != p.value().sizes())
+      throw UserError(path + ": " + p.key() + " has shape " + c10::str(it->second.sizes()) + ", the model wants " +
+                      c10::str(p.value().sizes()) + " (does tracks.image.model match the saved model?)");
+    p.value().copy_(it->second);
+  }
+}
+
+}  // namespace
+
+ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype)
+    : config_(config), comms_(comms), device_(device), dtype_(dtype) {
+  const ImageTrackConfig& im = config.tracks.image;
+  dp_rank_ = comms.dp->rank();
+  dp_size_ = comms.dp->size();
+  tasks::validate_shapes_options({im.model.image_size, im.model.channels, im.model.num_classes, 0});
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed) + 17);  // the DiT's init draws from the global generator
+  model_ = models::Dit(dit_config(im.model));
+  model_->to(device, dtype);
+  if (im.algo.kl.coef > 0) {
+    reference_ = models::Dit(dit_config(im.model));
+    reference_->to(device, dtype);
+    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  }
+  if (im.reward.kind == "command") {
+    command_reward_ = rewards::make_reward("command", im.reward.command, im.reward.timeout_s);
+  } else {
+    rewards::ImageRewardOptions ro;
+    ro.image_size = im.model.image_size, ro.channels = im.model.channels, ro.num_classes = im.model.num_classes;
+    reward_ = rewards::make_image_reward(im.reward.kind, ro);
+  }
+  geometry_ = resolve_geometry(config.train, im.micro_batch_size, im.max_tokens_per_micro, im.loss_agg_mode);
+  train_timesteps_ = std::max<int64_t>(1, std::llround(static_cast<double>(im.sampler.steps) * im.sampler.timestep_fraction));
+}
+
+ImageTrack::~ImageTrack() = default;
+
+void ImageTrack::pretrain_or_load(bool fresh_start) {
+  const ImagePretrainConfig& p = config_.tracks.image.pretrain;
+  const std::string weights = p.path ? *p.path + "/model.safetensors" : "";
+  if (p.path && fs::exists(weights)) {
+    load_parameters(*model_, weights);
+    spdlog::info("image: pretrained flow loaded from {}", weights);
+  } else if (fresh_start && p.steps > 0) {
+    const FlowPretrainSummary s = pretrain_flow(*model_, config_, *comms_.dp, *comms_.grad, p.path);
+    spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
+  }
+  if (reference_) {
+    torch::NoGradGuard no_grad;
+    const auto src = model_->named_parameters();
+    for (auto& q : reference_->named_parameters()) q.value().copy_(src[q.key()]);
+  }
+}
+
+std::vector<double> ImageTrack::score(const torch::Tensor& images, const std::vector<int64_t>& labels,
+                                      const std::vector<int64_t>& ids) {
+  if (reward_) return reward_->score(images, labels);
+  // External reward: each image as a PNG file; the request's response is its path.
+  const fs::path dir = fs::temp_directory_path() / ("tandem_images_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<rewards::RewardInput> inputs;
+  for (int64_t i = 0; i < images.size(0); ++i) {
+    const std::string path = (dir / (std::to_string(ids[i]) + ".png")).string();
+    write_png_grid(path, images.slice(0, i, i + 1), 1);
+    inputs.push_back({tasks::shape_name(labels[i]), path, std::to_string(labels[i]), ids[i]});
+  }
+  auto out = command_reward_->score(inputs);
+  fs::remove_all(dir);
+  return out;
+}
+
+void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> labels, ids, slots;
+  std::vector<models::NoiseKey> keys;
+  for (int64_t j = dp_rank_; j < im.rollout.prompts_per_step; j += dp_size_)
+    for (int64_t k = 0; k < im.rollout.group_size; ++k) {
+      labels.push_back(slot_label(config_.run.seed, step, j, im.model.num_classes));
+      keys.push_back({static_cast<uint64_t>(config_.run.seed), step, j, k});
+      ids.push_back(j * im.rollout.group_size + k);
+      slots.push_back(j);
+    }
+  models::SdeSamplerOptions so{im.sampler.steps, im.sampler.noise_level, im.sampler.shift, im.sampler.cfg};
+  std::vector<ImageSample> local;
+  if (!labels.empty()) {
+    const torch::Tensor label_t = torch::tensor(labels, torch::kInt64).to(device_);
+    const models::SdeRollout r = models::sample_sde(*model_, label_t, keys, so);
+    metrics["time/generate_s"] = seconds_since(t0);
+    const auto t1 = std::chrono::steady_clock::now();
+    const torch::Tensor images = r.latents.select(1, im.sampler.steps).to(torch::kCPU);  // (B, C, H, W)
+    const std::vector<double> rewards = score(images, labels, ids);
+    metrics["time/reward_s"] = seconds_since(t1);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      ImageSample s;
+      s.latents = r.latents[i].to(torch::kCPU);
+      s.log_probs = r.log_probs[i].to(torch::kCPU);
+      s.sigmas = r.sigmas.to(torch::kCPU);
+      s.class_label = labels[i];
+      s.group_id = slots[i];
+      s.index = ids[i];
+      s.reward = rewards[i];
+      s.train_timesteps = pick_timesteps(models::noise_seed(keys[i]) ^ 0x7157ULL, im.sampler.steps, train_timesteps_);
+      local.push_back(std::move(s));
+    }
+  }
+  double stats[3] = {0, 0, 0};
+  std::vector<double> rs;
+  std::vector<int64_t> gs;
+  for (const auto& s : local) stats[0] += 1, stats[1] += s.reward, stats[2] += s.reward * s.reward;
+  for (const auto& s : local) rs.push_back(s.reward), gs.push_back(s.group_id);
+  torch::Tensor st = torch::tensor(std::vector<double>(stats, stats + 3), torch::kFloat64);
+  comms_.dp->all_reduce(st);
+  const double n = st[0].item<double>(), mean = n > 0 ? st[1].item<double>() / n : 0;
+  metrics["reward/mean"] = mean;
+  metrics["reward/std"] = n > 1 ? std::sqrt(std::max(0.0, (st[2].item<double>() - n * mean * mean) / (n - 1))) : 0;
+  AdvantageOptions ao;
+  ao.clip = im.algo.adv_clip_max;
+  const torch::Tensor adv = grpo_advantages(torch::tensor(rs, torch::kFloat64), torch::tensor(gs, torch::kInt64), ao);
+  for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+
+  const auto t2 = std::chrono::steady_clock::now();
+  std::vector<int64_t> local_ids;
+  std::vector<SampleCost> costs;
+  for (const auto& s : local)
+    local_ids.push_back(s.index), costs.push_back({image_tokens_per_sample(im.model), train_timesteps_, s.group_id});
+  directory_ = gather_directory(local_ids, costs, *comms_.dp);
+  ScheduleOptions sch;
+  sch.dp = dp_size_;
+  sch.num_mini_batches = config_.train.num_mini_batches;
+  sch.micro_batch_size = geometry_.micro_batch_size;
+  sch.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  schedule_ = build_schedule(directory_.costs, sch);
+  mine_ = exchange_samples(local, directory_, destinations(schedule_, directory_.ids.size()), *comms_.dp);
+  metrics["schedule/micros"] = static_cast<double>(schedule_stats(schedule_, directory_.costs, sch).micros);
+  metrics["geometry/micro_batch_size"] = static_cast<double>(geometry_.micro_batch_size.value_or(0));
+  metrics["geometry/max_tokens_per_micro"] = static_cast<double>(geometry_.max_tokens_per_micro.value_or(0));
+  metrics["time/exchange_s"] = seconds_since(t2);
+
+  const auto t3 = std::chrono::steady_clock::now();
+  old_logp_.clear();
+  ref_mean_.clear();
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& mini : schedule_.minis) {
+      old_logp_.emplace_back();
+      ref_mean_.emplace_back();
+      for (const auto& micro : mini.ranks[dp_rank_].micros) {
+        const auto samples = micro_samples(micro);
+        std::vector<torch::Tensor> cols;
+        ref_mean_.back().emplace_back();
+        for (int64_t k = 0; k < train_timesteps_; ++k) {
+          if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*model_, samples, k).log_prob);
+          if (reference_) ref_mean_.back().back().push_back(transition(*reference_, samples, k).mean);
+        }
+        old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
+      }
+    }
+  }
+  metrics["time/old_logp_s"] = seconds_since(t3);
+  loss_sum_ = kl_sum_ = first_ratio_dev_ = ratio_dev_ = 0;
+  stats_ = PolicyStats{};
+}
+
+std::vector<const ImageSample*> ImageTrack::micro_samples(const MicroBatch& micro) const {
+  std::vector<const ImageSample*> out;
+  for (int64_t position : micro.samples) {
+    const int64_t id = directory_.ids[position];
+    auto it = std::lower_bound(mine_.begin(), mine_.end(), id, [](const ImageSample& s, int64_t v) { return s.index < v; });
+    if (it == mine_.end() || it->index != id) throw std::logic_error("ImageTrack: scheduled sample missing");
+    out.push_back(&*it);
+  }
+  return out;
+}
+
+ImageTrack::Transition ImageTrack::transition(models::DitImpl& model, const std::vector<const ImageSample*>& samples,
+                                              size_t k) const {
+  const SamplerConfig& sc = config_.tracks.image.sampler;
+  std::vector<torch::Tensor> x, x_next;
+  std::vector<double> sigma, sigma_next;
+  std::vector<int64_t> labels;
+  for (const ImageSample* s : samples) {
+    const int64_t t = s->train_timesteps[k];
+    x.push_back(s->latents[t]);
+    x_next.push_back(s->latents[t + 1]);
+    sigma.push_back(s->sigmas[t].item<double>());
+    sigma_next.push_back(s->sigmas[t + 1].item<double>());
+    labels.push_back(s->class_label);
+  }
+  const double sigma_max = samples.front()->sigmas[1].item<double>();
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  const auto r = models::transition_log_prob(model, torch::stack(x).to(device_), torch::stack(x_next).to(device_),
+                                             torch::tensor(sigma, opts), torch::tensor(sigma_next, opts),
+                                             torch::tensor(labels, torch::kInt64).to(device_), sc.noise_level,
+                                             sigma_max, sc.cfg);
+  return {r.log_prob, r.mean, r.std_dev_t};
+}
+
+void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& micros = schedule_.minis[mini].ranks[dp_rank_].micros;
+  PolicyLossOptions po;
+  po.clip_low = po.clip_high = im.algo.clip_range;
+  po.clip_c.reset();
+  for (size_t m = 0; m < micros.size(); ++m) {
+    const auto samples = micro_samples(micros[m]);
+    const int64_t b = static_cast<int64_t>(samples.size());
+    std::vector<double> adv_v;
+    for (const auto* s : samples) adv_v.push_back(s->advantage);
+    const torch::Tensor ones = torch::ones({b}, torch::kFloat64);
+    const torch::Tensor idx = torch::arange(b, torch::kInt64);
+    const torch::Tensor seq_tokens = torch::full({b}, static_cast<double>(train_timesteps_), torch::kFloat64);
+    for (int64_t k = 0; k < train_timesteps_; ++k) {
+      const Transition tr = transition(*model_, samples, k);
+      const torch::Tensor logp = tr.log_prob.to(torch::kCPU).to(torch::kFloat64);  // (B)
+      torch::Tensor old;
+      if (im.algo.old_logp == OldLogp::kRecompute) old = old_logp_[mini][m].select(1, k);
+      else if (im.algo.old_logp == OldLogp::kReuse) old = logp.detach();
+      else {
+        std::vector<double> o;
+        for (const auto* s : samples) o.push_back(s->log_probs[s->train_timesteps[k]].item<double>());
+        old = torch::tensor(o, torch::kFloat64);
+      }
+      const torch::Tensor adv = torch::tensor(adv_v, torch::kFloat64);
+      const PolicyLoss pl = policy_loss(logp, old, adv, ones, idx, po);
+      torch::Tensor per_sample = pl.loss;  // (B)
+      if (reference_) {
+        const torch::Tensor ref = ref_mean_[mini][m][k];
+        const torch::Tensor kl = ((tr.mean - ref).pow(2).flatten(1).mean(1) / (2 * tr.std_dev.pow(2)))
+                                     .to(torch::kCPU).to(torch::kFloat64);  // (B)
+        per_sample = per_sample + im.algo.kl.coef * kl;
+        kl_sum_ += kl.sum().item<double>();
+      }
+      const AggregatedLoss agg =
+          aggregate_loss(per_sample, ones, idx, geometry_.loss_agg_mode, micros[m].denominators, seq_tokens);
+      if (agg.loss.requires_grad()) (agg.loss * weight).backward();
+      loss_sum_ += agg.loss.item<double>();
+      const PolicyStats st = policy_stats(pl, logp, old, ones);
+      stats_.tokens += st.tokens, stats_.clipped += st.clipped, stats_.approx_kl_sum += st.approx_kl_sum;
+      const double dev = (pl.ratio.detach() - 1).abs().max().item<double>();
+      ratio_dev_ = std::max(ratio_dev_, dev);
+      if (mini == 0 && k == 0) first_ratio_dev_ = std::max(first_ratio_dev_, dev);
+    }
+  }
+  metrics["time/train_s"] += seconds_since(t0);
+}
+
+void ImageTrack::finish(MetricMap& metrics) {
+  torch::Tensor t = torch::tensor({loss_sum_, stats_.tokens, stats_.clipped, stats_.approx_kl_sum, kl_sum_},
+                                  torch::kFloat64);
+  comms_.dp->all_reduce(t);
+  torch::Tensor dev = torch::tensor({first_ratio_dev_, ratio_dev_}, torch::kFloat64);
+  comms_.dp->all_reduce(dev, parallel::ReduceOp::kMax);
+  const double tokens = t[1].item<double>();
+  metrics["loss"] = t[0].item<double>() / static_cast<double>(schedule_.minis.size());
+  metrics["pg/clipfrac"] = tokens > 0 ? t[2].item<double>() / tokens : 0;
+  metrics["pg/approx_kl"] = tokens > 0 ? t[3].item<double>() / tokens : 0;
+  if (reference_) metrics["kl"] = tokens > 0 ? t[4].item<double>() / tokens : 0;
+  metrics["pg/first_ratio_max_dev"] = dev[0].item<double>();
+  metrics["pg/ratio_max_dev"] = dev[1].item<double>();
+  metrics["train/transitions"] = tokens;
+}
+
+void ImageTrack::save(const std::string& dir) {
+  if (comms_.world->rank() != 0) return;
+  fs::create_directories(dir + "/image_model");
+  models::save_safetensors(dir + "/image_model/model.safetensors", parameters_by_name(*model_));
+  // The KL reference is the starting policy; it is saved so a resume keeps the same one.
+  if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", parameters_by_name(*reference_));
+}
+
+void ImageTrack::load(const std::string& dir) {
+  load_parameters(*model_, dir + "/image_model/model.safetensors");
+  if (reference_) load_parameters(*reference_, dir + "/image_model/reference.safetensors");
+}
+
+void ImageTrack::write_sample_grid(const std::string& path) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  std::vector<int64_t> labels;
+  std::vector<models::NoiseKey> keys;
+  for (int64_t row = 0; row < 2; ++row)
+    for (int64_t c = 0; c < im.model.num_classes; ++c) {
+      labels.push_back(c);
+      keys.push_back({static_cast<uint64_t>(config_.run.seed), -1, c, row});  // fixed across the run
+    }
+  models::OdeSamplerOptions o{im.sampler.eval_steps, im.sampler.shift, im.sampler.cfg};
+  torch::NoGradGuard no_grad;
+  const torch::Tensor images = models::sample_ode(*model_, torch::tensor(labels, torch::kInt64).to(device_), keys, o);
+  fs::create_directories(fs::path(path).parent_path());
+  write_png_grid(path, images.to(torch::kCPU).to(torch::kFloat32), im.model.num_classes);
+}
+
+}  // namespace tandem
