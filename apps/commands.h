@@ -20,6 +20,25 @@ struct BenchScheduleArgs {
 };
 int run_bench_schedule(const BenchScheduleArgs& args);
 
+// Model dims and workload of `tandem bench rollout` (random-init model, one JSON object out).
+struct BenchRolloutArgs {
+  int64_t hidden_size = 256;
+  int64_t layers = 4;
+  int64_t heads = 8;
+  int64_t kv_heads = 4;
+  int64_t vocab = 4096;
+  int64_t intermediate_size = 0;  // 0: ~8/3 hidden_size, rounded up to 64
+  int64_t prompt_len = 32;
+  int64_t max_new_tokens = 64;
+  int64_t batch = 8;              // max_batch of the sampler
+  int64_t requests = 32;
+  double tail_sigma = 1.0;        // lognormal sigma of the long-tail response lengths
+  int64_t threads = 0;            // 0: LibTorch's default
+  uint64_t seed = 0;
+  std::string dtype = "float32";
+};
+int run_bench_rollout(const BenchRolloutArgs& args);
+
 struct BenchCommArgs {
   int64_t min_mib = 1;
   int64_t max_mib = 256;

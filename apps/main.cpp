@@ -80,6 +80,25 @@ int main(int argc, char** argv) {
   bench_schedule->add_option("--cost", sched.cost, "cost model")->check(CLI::IsMember({"tokens", "workload"}));
   bench_schedule->add_option("--hidden-size", sched.hidden_size, "hidden size for the workload cost model");
 
+  tandem::app::BenchRolloutArgs roll;
+  CLI::App* bench_rollout =
+      bench->add_subcommand("rollout", "sampler tokens/s: KV cache vs recompute, continuous vs static batching");
+  bench_rollout->add_option("--hidden-size", roll.hidden_size, "model hidden size");
+  bench_rollout->add_option("--layers", roll.layers, "decoder layers");
+  bench_rollout->add_option("--heads", roll.heads, "attention heads");
+  bench_rollout->add_option("--kv-heads", roll.kv_heads, "kv heads (GQA)");
+  bench_rollout->add_option("--vocab", roll.vocab, "vocabulary size");
+  bench_rollout->add_option("--intermediate-size", roll.intermediate_size, "MLP size (0: ~8/3 hidden)");
+  bench_rollout->add_option("--prompt-len", roll.prompt_len, "prompt tokens per request");
+  bench_rollout->add_option("--max-new-tokens", roll.max_new_tokens, "response tokens (the long tail's cap)");
+  bench_rollout->add_option("--batch", roll.batch, "sequences decoded together");
+  bench_rollout->add_option("--requests", roll.requests, "requests per run");
+  bench_rollout->add_option("--tail-sigma", roll.tail_sigma, "lognormal sigma of the long-tail lengths");
+  bench_rollout->add_option("--threads", roll.threads, "LibTorch intra-op threads (0: default)");
+  bench_rollout->add_option("--seed", roll.seed, "model, prompt and sampling seed");
+  bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
+      ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
+
   tandem::app::BenchCommArgs comm_args;
   CLI::App* bench_comm = bench->add_subcommand("comm", "all-reduce bandwidth, tensor path vs raw MPI (run under mpirun)");
   bench_comm->add_option("--min-mib", comm_args.min_mib, "smallest buffer (MiB)")->check(CLI::PositiveNumber);
@@ -98,6 +117,7 @@ int main(int argc, char** argv) {
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
     if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
+    if (*bench_rollout) return tandem::app::run_bench_rollout(roll);
     if (*bench_comm) {
       tandem::parallel::MpiRuntime mpi(&argc, &argv);
       return tandem::app::run_bench_comm(comm_args, mpi.rank(), mpi.size());

@@ -23,5 +23,12 @@ expect_rc 0 "--set applied" "$tandem" check-config --set tracks.ar.rollout.group
 "$tandem" check-config --set optim.lr=2.5e-4 > /tmp/tandem_resolved.$$.yaml
 "$tandem" check-config --config /tmp/tandem_resolved.$$.yaml | cmp -s - /tmp/tandem_resolved.$$.yaml \
   || { echo "FAIL resolved recipe does not round-trip"; fail=1; }
+# bench rollout: a tiny model prints one JSON object with both comparisons; bad dims exit 2.
+tiny_rollout=(bench rollout --hidden-size 32 --layers 1 --heads 4 --kv-heads 2 --vocab 64 --prompt-len 4
+              --max-new-tokens 6 --batch 2 --requests 5)
+expect_rc 0 "bench rollout (tiny)" "$tandem" "${tiny_rollout[@]}"
+"$tandem" "${tiny_rollout[@]}" | grep -q '"kv_cache_speedup".*"continuous_speedup"' \
+  || { echo "FAIL bench rollout JSON"; fail=1; }
+expect_rc 2 "bench rollout --batch 0" "$tandem" bench rollout --batch 0
 rm -f /tmp/tandem_cli_out.$$ /tmp/tandem_resolved.$$.yaml
 exit $fail

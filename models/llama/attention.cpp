@@ -1,4 +1,5 @@
-// Self-attention: project, rotate, (gather K/V over cp), attend, project back.
+// Self-attention: project, rotate, (gather K/V over cp | store / read the KV cache), attend,
+// project back.
 #include "models/llama/attention.h"
 
 namespace tandem::models {
@@ -15,23 +16,31 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::Par
   o_proj = register_module("o_proj", parallel::RowParallelLinear(c.num_heads * d, c.hidden_size, false, ctx, d));
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout) {
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv) {
   const int64_t n = x.size(0), d = head_dim_;
   const torch::Tensor q = apply_rotary(q_proj(x).view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
   torch::Tensor k = apply_rotary(k_proj(x).view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
   torch::Tensor v = v_proj(x).view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
   torch::Tensor out;                                                                          // (N, H_l, D)
-  if (layout.padded()) {
+  if (kv != nullptr && layout.decode()) {
+    store_decode(*kv, k, v, layout.cache_positions);
+    const int64_t span = layout.cache_key_valid.size(1);
+    out = decode_attention(q, kv->k.narrow(0, 0, n).narrow(2, 0, span), kv->v.narrow(0, 0, n).narrow(2, 0, span),
+                           layout.cache_key_valid);
+  } else if (layout.padded()) {
     const int64_t b = layout.batch, t = layout.width;
     out = padded_attention(q.view({b, t, local_heads_, d}), k.view({b, t, local_kv_heads_, d}),
                            v.view({b, t, local_kv_heads_, d}), layout.key_valid)
               .reshape({n, local_heads_, d});
   } else {
     if (layout.cp_shard != nullptr) {
-      const torch::Tensor kv = parallel::cp_gather_kv(torch::cat({k, v}, -1), *layout.cp_shard, layout.cp);
-      k = kv.narrow(-1, 0, d);  // (N_full, H_kv_l, D)
-      v = kv.narrow(-1, d, d);
+      const torch::Tensor kv_full = parallel::cp_gather_kv(torch::cat({k, v}, -1), *layout.cp_shard, layout.cp);
+      k = kv_full.narrow(-1, 0, d);  // (N_full, H_kv_l, D)
+      v = kv_full.narrow(-1, d, d);
     }
+    // A prefill attends to its own fresh K/V exactly as the training forward does; the cache
+    // only keeps them for the decode steps.
+    if (kv != nullptr) store_prefill(*kv, k, v, layout.segments, layout.cache_slots);
     out = packed_attention(q, k, v, layout.segments);
   }
   return o_proj(out.reshape({n, local_heads_ * d}));  // (N, hidden)

@@ -1,6 +1,7 @@
 // The Llama / Qwen2 self-attention block: q/k/v projections (column parallel, split by heads),
 // RoPE, K/V gathered across cp when the micro is context-parallel, grouped-query attention on
-// the packed or padded layout, and the o projection (row parallel).
+// the packed or padded layout (or over a KV cache when decoding), and the o projection (row
+// parallel).
 #pragma once
 
 #include <torch/torch.h>
@@ -9,6 +10,7 @@
 
 #include "models/llama/attention_core.h"
 #include "models/llama/config.h"
+#include "models/llama/kv_cache.h"
 #include "models/llama/rotary.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tp_layers.h"
@@ -25,12 +27,22 @@ struct AttentionLayout {
   int64_t batch = 0, width = 0;                 // padded: rows are (B * T), B = batch, T = width
   torch::Tensor key_valid;                      // padded: (B, T) bool; undefined for packed
   bool padded() const { return key_valid.defined(); }
+
+  // Incremental decoding (cp is never used). Prefill: a packed forward whose segment i also
+  // stores its K/V in the empty cache slot cache_slots[i]. Decode: row i is the next token of
+  // slot i, stored at cache_positions[i]; it attends to the slot's keys where cache_key_valid.
+  KvCache* cache = nullptr;
+  std::vector<int64_t> cache_slots;  // prefill
+  torch::Tensor cache_positions;     // decode: (n) int64
+  torch::Tensor cache_key_valid;     // decode: (n, S) bool, S = the longest slot after this step
+  bool decode() const { return cache != nullptr && cache_positions.defined(); }
 };
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
-  torch::Tensor forward(const torch::Tensor& x, const AttentionLayout& layout);  // (N, hidden) -> (N, hidden)
+  // (N, hidden) -> (N, hidden). `kv` is this layer's cache when layout.cache is set.
+  torch::Tensor forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv = nullptr);
 
   parallel::ColumnParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
   parallel::RowParallelLinear o_proj{nullptr};

@@ -86,4 +86,16 @@ torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return out.view({b, kv_heads, group, t, dim}).permute({0, 3, 1, 2, 4}).reshape({b, t, heads, dim});
 }
 
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid) {
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
+  const int64_t group = heads / kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const torch::Tensor qg = q.view({n, kv_heads, group, dim});                           // (n, H_kv, G, D)
+  const torch::Tensor scores = torch::matmul(qg, k.transpose(2, 3)).mul(scale);         // (n, H_kv, G, S)
+  const torch::Tensor blocked = key_valid.logical_not().view({n, 1, 1, span});          // (n, 1, 1, S)
+  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());         // (n, H_kv, G, S)
+  return torch::matmul(probs, v).view({n, heads, dim});                                 // (n, H_kv, G, D) -> (n, H, D)
+}
+
 }  // namespace tandem::models

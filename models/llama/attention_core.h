@@ -1,6 +1,7 @@
 // Scaled dot-product attention with grouped-query heads for both layouts: block-diagonal causal
 // over packed segments (one small matmul per segment, never an (N, N) mask) and batched causal
-// with a key-padding mask for (B, T) batches. Softmax in float32 (float64 for float64).
+// with a key-padding mask for (B, T) batches; plus the one-query-per-sequence attention over a
+// KV cache for decoding. Softmax in float32 (float64 for float64).
 #pragma once
 
 #include <torch/torch.h>
@@ -28,6 +29,12 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // q (B, T, H, D); k, v (B, T, H_kv, D); key_valid (B, T) bool. Returns (B, T, H, D); rows of
 // padding attend at least to themselves so nothing is NaN.
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid);
+
+// Decoding: one query per sequence against that sequence's cached keys. q (n, H, D); k, v
+// (n, H_kv, S, D) (strided views of a KvCache are fine); key_valid (n, S) bool marks each
+// sequence's cached positions. Returns (n, H, D).
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid);
 
 }  // namespace tandem::models

@@ -10,8 +10,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, const paralle
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_eps));
 }
 
-torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const AttentionLayout& layout) {
-  const torch::Tensor h = x + self_attn(input_layernorm(x), layout);  // (N, hidden)
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv) {
+  const torch::Tensor h = x + self_attn(input_layernorm(x), layout, kv);  // (N, hidden)
   return h + mlp(post_attention_layernorm(h));
 }
 

@@ -12,7 +12,8 @@ namespace tandem::models {
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
-  torch::Tensor forward(const torch::Tensor& x, const AttentionLayout& layout);  // (N, hidden) -> (N, hidden)
+  // (N, hidden) -> (N, hidden); `kv`: this layer's KV cache when decoding.
+  torch::Tensor forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv = nullptr);
 
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};

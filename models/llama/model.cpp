@@ -1,7 +1,9 @@
 // The forward of both layouts: build the AttentionLayout (RoPE tables, segments or padding mask,
-// the cp shard), run the decoder, then the lm head as chunked log-probs or full logits.
+// the cp shard), run the decoder, then the lm head as chunked log-probs or full logits; and the
+// prefill / decode forwards over a KV cache.
 #include "models/llama/model.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "models/llama/weights.h"
@@ -17,7 +19,10 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const parallel::ParallelCon
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionLayout& layout) {
   torch::Tensor h = embed_tokens(ids);  // (N, hidden)
-  for (const auto& layer : *layers) h = layer->as<LlamaDecoderLayerImpl>()->forward(h, layout);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    LayerKv* kv = layout.cache != nullptr ? &layout.cache->layer(static_cast<int64_t>(i)) : nullptr;
+    h = layers[i]->as<LlamaDecoderLayerImpl>()->forward(h, layout, kv);
+  }
   return norm(h);
 }
 
@@ -126,6 +131,56 @@ torch::Tensor LlamaForCausalLMImpl::logits(const PackedInput& in) {
   parallel::CpShard shard;
   const torch::Tensor z = head_logits(hidden_packed(in, &layout, &shard));  // (n_local, V)
   return ctx_.cp_enabled() ? parallel::cp_gather_outputs(z, shard, ctx_.cp) : z;
+}
+
+KvCache LlamaForCausalLMImpl::make_kv_cache(int64_t slots, int64_t capacity) const {
+  const torch::Tensor& w = model->norm->weight;
+  const int64_t kv_heads = config_.num_kv_heads / ctx_.tp_size;  // validate_tp: tp divides the kv heads
+  return KvCache(config_.num_layers, slots, capacity, kv_heads, config_.head_dim(), w.options());
+}
+
+torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cache, const std::vector<int64_t>& slots) {
+  const torch::Tensor& w = model->norm->weight;
+  const torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
+  const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
+  AttentionLayout layout;
+  layout.segments = segments_from_cu_seqlens(in.cu_seqlens);
+  const int64_t sequences = in.cu_seqlens.numel() - 1;
+  if (static_cast<int64_t>(layout.segments.size()) != sequences || pos.size(0) != ids.size(0) ||
+      in.cu_seqlens[-1].item<int64_t>() != ids.size(0))
+    throw std::invalid_argument("llama prefill: every sequence must be non-empty and match position_ids");
+  if (cache != nullptr) {
+    cache->check_prefill(layout.segments, slots);
+    layout.cache = cache;
+    layout.cache_slots = slots;
+  }
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
+  std::vector<int64_t> last;
+  for (const AttentionSegment& s : layout.segments) last.push_back(s.q_begin + s.length - 1);
+  const torch::Tensor rows = torch::tensor(last, torch::kInt64).to(w.device());  // (B)
+  // Only the last rows go through the lm head: the other tokens' logits are never needed.
+  const torch::Tensor z = head_logits(hidden.index_select(0, rows));  // (B, V)
+  if (cache != nullptr)
+    for (size_t i = 0; i < slots.size(); ++i) cache->set_length(slots[i], layout.segments[i].length);
+  return z;
+}
+
+torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCache& cache) {
+  const torch::Tensor& w = model->norm->weight;
+  const int64_t n = ids.numel();
+  AttentionLayout layout;
+  layout.cache = &cache;
+  layout.cache_positions = cache.decode_positions(n, w.device());  // (n), validated
+  int64_t span = 0;  // keys after this step's store: the longest slot + 1, from the host lengths
+  for (int64_t i = 0; i < n; ++i) span = std::max(span, cache.length(i) + 1);
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(w.device());
+  layout.cache_key_valid =  // (n, S): row i sees keys j <= positions[i], its own new key included
+      torch::arange(span, idx).unsqueeze(0) <= layout.cache_positions.unsqueeze(1);
+  layout.rotary = rotary_tables(layout.cache_positions, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)
+  for (int64_t i = 0; i < n; ++i) cache.set_length(i, cache.length(i) + 1);
+  return z;
 }
 
 torch::Tensor LlamaForCausalLMImpl::logits(const PaddedInput& in) {

@@ -1,6 +1,7 @@
 // The decoder-only language model of the Llama / Qwen2 family (HF LlamaForCausalLM layout:
 // `model.{embed_tokens, layers.i, norm}` and `lm_head`), tensor parallel over ctx.tp and
-// context parallel over ctx.cp, with per-token log-probs computed in chunks of tokens.
+// context parallel over ctx.cp, with per-token log-probs computed in chunks of tokens, and the
+// incremental (KV cache) forward of generation.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include "models/llama/config.h"
 #include "models/llama/decoder_layer.h"
 #include "models/llama/inputs.h"
+#include "models/llama/kv_cache.h"
 #include "parallel/parallel_context.h"
 #include "parallel/tp_layers.h"
 #include "parallel/vocab_parallel_logprob.h"
@@ -24,7 +26,8 @@ using parallel::TokenLogProbs;
 class LlamaModelImpl : public torch::nn::Module {
  public:
   LlamaModelImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
-  torch::Tensor forward(const torch::Tensor& ids, const AttentionLayout& layout);  // (N) -> (N, hidden)
+  // (N) -> (N, hidden); with layout.cache every layer reads / writes its layer of the cache.
+  torch::Tensor forward(const torch::Tensor& ids, const AttentionLayout& layout);
 
   parallel::VocabParallelEmbedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -53,6 +56,20 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // packed (N, V), padded (B, T, V). For reference tests and the sampler.
   torch::Tensor logits(const PackedInput& input);
   torch::Tensor logits(const PaddedInput& input);
+
+  // Incremental decoding for the sampler. Collective over tp (each tp rank caches its own kv
+  // heads; logits are gathered over tp); cp is not used: every cp rank runs it whole, the same
+  // way. Logits are full-vocabulary in float32 (float64 for float64 models), as logits().
+  //
+  // An empty cache of `slots` sequences of up to `capacity` tokens, in the model's dtype / device.
+  KvCache make_kv_cache(int64_t slots, int64_t capacity) const;
+  // The next-token logits of each sequence of a packed input (positions from 0), (B, V): the
+  // logits at its last token. With `cache`, sequence i's K/V are stored in the empty slot
+  // slots[i] (prefill). Sequences must be non-empty.
+  torch::Tensor prefill(const PackedInput& input, KvCache* cache = nullptr, const std::vector<int64_t>& slots = {});
+  // Appends token ids[i] (n) to slot i for i < n, at position = the slot's cached length, and
+  // returns the next-token logits (n, V).
+  torch::Tensor decode_step(const torch::Tensor& ids, KvCache& cache);
 
   // (V_local, hidden): the lm head's rows of this tp rank (the embedding's when tied).
   torch::Tensor lm_head_weight() const;

@@ -2,6 +2,9 @@
 // tokens and max_new_tokens, continuous batching (finished sequences leave, waiting prompts
 // join), and a private random stream per sample so a sample never depends on what else is in
 // the batch or on the parallel layout. Returns the tokens and their rollout log-probs.
+//
+// Generation is collective over tp and ignores cp: every cp rank runs it whole, identically (the
+// caller gives every tp and cp rank of a dp replica the same requests).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@ struct SamplingParams {
 struct GenerationRequest {
   std::vector<int64_t> prompt;  // token ids, non-empty
   uint64_t seed = 0;            // this sample's stream (see sample_seed)
+  int64_t max_new_tokens = -1;  // >= 0: this request's own limit instead of SamplingParams'
 };
 
 struct Generation {
@@ -34,13 +38,33 @@ struct Generation {
                                 // log_softmax(logits)[token]: what the training forward computes
   bool stopped = false;         // ended by a stop token / sequence (false: max_new_tokens)
 };
+// logp is log_softmax over the full vocabulary (ids >= vocab_limit included, no temperature,
+// top-k or top-p) of the logits in the model's log-prob dtype (float32; float64 for float64
+// models), as LlamaForCausalLMImpl::log_probs computes it for the same token: with temperature 1
+// and no truncation it is the sampling distribution's log-prob, so `old_logp: rollout` matches a
+// recompute up to float rounding. With other settings it is not the behaviour policy's log-prob.
 
-// The stream of one sample, from (run seed, step, prompt id, sample index) by a fixed mix.
+// What one generate() call did, for tests and benchmarks.
+struct GenerationStats {
+  int64_t prefills = 0;          // prefill forwards (each admits one or more waiting requests)
+  int64_t decode_steps = 0;      // decode forwards (one token for every live sequence)
+  int64_t max_live = 0;          // most sequences decoding together
+  int64_t generated_tokens = 0;  // response tokens over all requests
+};
+
+// The stream of one sample, from (run seed, step, prompt id, sample index) by a fixed mix: the
+// SplitMix64 chain h = mix64(run_seed), then h = mix64(h ^ x) for step, prompt id, sample index
+// (two's complement bits). Part of the resume contract: never change it.
 uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t prompt_id, int64_t sample_index);
 
 // Generates one response per request, in request order. Collective over the model's tp group
 // (every tp rank passes the same requests and gets the same tokens). No gradients.
+// Continuous batching: requests are admitted in order while fewer than max_batch sequences are
+// live; each decode step extends every live sequence by one token, finished ones leave at once
+// and the next waiting prompts are prefilled into their slots before the next step.
+// Throws UserError for invalid params (temperature < 0, top_p outside (0, 1], ...), an empty
+// prompt, a prompt id outside the vocabulary, or prompt + max_new_tokens beyond max_seq_len.
 std::vector<Generation> generate(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests,
-                                 const SamplingParams& params);
+                                 const SamplingParams& params, GenerationStats* stats = nullptr);
 
 }  // namespace tandem::models

@@ -1,0 +1,173 @@
+// `tandem bench rollout`: sampler throughput on a random-init Llama, printed as one JSON object:
+// KV cache vs full recompute on the same requests, and continuous vs static batching on a
+// long-tail (lognormal) mix of response lengths; plus the thread count and a GEMM figure, since
+// BLAS speed differs per machine.
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <random>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "models/llama/model.h"
+#include "models/llama/sampler.h"
+
+namespace tandem::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kTwoPi = 6.283185307179586;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Best-of-several 512x512 float32 matmul rate: what this machine's BLAS delivers right now.
+double gemm_gflops() {
+  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
+  torch::Tensor c = torch::matmul(a, b);  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) c = torch::matmul(a, b);
+    best = std::min(best, seconds_since(t0) / 10);
+  }
+  return 2.0 * 512 * 512 * 512 / best / 1e9;
+}
+
+struct Timed {
+  std::vector<models::Generation> gens;
+  models::GenerationStats stats;
+  double seconds = 0;
+};
+
+Timed timed_generate(models::LlamaForCausalLMImpl& model, const std::vector<models::GenerationRequest>& reqs,
+                     const models::SamplingParams& p) {
+  Timed t;
+  const auto t0 = Clock::now();
+  t.gens = models::generate(model, reqs, p, &t.stats);
+  t.seconds = seconds_since(t0);
+  return t;
+}
+
+nlohmann::json rate(int64_t tokens, double seconds) {
+  return {{"tokens", tokens}, {"seconds", seconds}, {"tokens_per_s", tokens / seconds}};
+}
+
+// Response lengths with a long tail: lognormal around max_new / 4, clamped to [1, max_new].
+std::vector<int64_t> long_tail_lengths(int64_t n, int64_t max_new, double sigma, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::vector<int64_t> out;
+  const double mu = std::log(std::max(1.0, max_new / 4.0));
+  for (int64_t i = 0; i < n; ++i) {
+    const double normal = std::sqrt(-2.0 * std::log(1.0 - uni(gen))) * std::cos(kTwoPi * uni(gen));
+    out.push_back(std::clamp<int64_t>(std::llround(std::exp(mu + sigma * normal)), 1, max_new));
+  }
+  return out;
+}
+
+void check_args(const BenchRolloutArgs& a) {
+  const auto positive = [](const char* name, int64_t v) {
+    if (v < 1) throw UserError(std::string(name) + " must be >= 1, got " + std::to_string(v));
+  };
+  positive("--hidden-size", a.hidden_size), positive("--layers", a.layers), positive("--heads", a.heads);
+  positive("--kv-heads", a.kv_heads), positive("--vocab", a.vocab), positive("--prompt-len", a.prompt_len);
+  positive("--max-new-tokens", a.max_new_tokens), positive("--batch", a.batch), positive("--requests", a.requests);
+  if (!(a.tail_sigma >= 0)) throw UserError("--tail-sigma must be >= 0");
+  if (a.dtype != "float32" && a.dtype != "float64" && a.dtype != "bfloat16")
+    throw UserError("--dtype must be float32, float64 or bfloat16");
+}
+
+}  // namespace
+
+int run_bench_rollout(const BenchRolloutArgs& a) {
+  check_args(a);
+  if (a.threads > 0) torch::set_num_threads(static_cast<int>(a.threads));
+  torch::manual_seed(a.seed);
+  models::LlamaConfig c;
+  c.vocab_size = a.vocab, c.hidden_size = a.hidden_size, c.num_layers = a.layers, c.num_heads = a.heads;
+  c.num_kv_heads = a.kv_heads;
+  c.intermediate_size = a.intermediate_size > 0 ? a.intermediate_size : (a.hidden_size * 8 / 3 + 63) / 64 * 64;
+  c.max_seq_len = a.prompt_len + a.max_new_tokens;
+  c.validate();
+  models::LlamaForCausalLM model(c, parallel::ParallelContext{}, a.seed);
+  const torch::ScalarType dtype = a.dtype == "float64"   ? torch::kFloat64
+                                  : a.dtype == "bfloat16" ? torch::kBFloat16
+                                                          : torch::kFloat32;
+  model->to(dtype);
+
+  std::vector<models::GenerationRequest> reqs;
+  at::Generator gen = at::detail::createCPUGenerator(a.seed + 1);
+  for (int64_t i = 0; i < a.requests; ++i) {
+    const torch::Tensor ids = torch::randint(a.vocab, {a.prompt_len}, gen, torch::kInt64);
+    reqs.push_back({std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + a.prompt_len),
+                    models::sample_seed(a.seed, 0, i, 0)});
+  }
+  models::SamplingParams p;
+  p.temperature = 1.0;
+  p.max_new_tokens = a.max_new_tokens;
+  p.max_batch = a.batch;
+  models::generate(*model, {reqs.front()}, p);  // warm-up: allocator, BLAS threads
+
+  // KV cache vs recomputing the whole prefix for every token, on the same requests.
+  const Timed cached = timed_generate(*model, reqs, p);
+  p.use_kv_cache = false;
+  const Timed recompute = timed_generate(*model, reqs, p);
+  p.use_kv_cache = true;
+  int64_t same = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) same += cached.gens[i].tokens == recompute.gens[i].tokens;
+
+  // Long tail: continuous batching vs static batches that decode until their longest member ends.
+  const std::vector<int64_t> lengths = long_tail_lengths(a.requests, a.max_new_tokens, a.tail_sigma, a.seed + 2);
+  int64_t useful = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].max_new_tokens = lengths[i], useful += lengths[i];
+  const Timed continuous = timed_generate(*model, reqs, p);
+  double static_s = 0;
+  int64_t static_steps = 0;
+  const size_t batch = static_cast<size_t>(a.batch);
+  for (size_t b = 0; b < reqs.size(); b += batch) {
+    std::vector<models::GenerationRequest> chunk(reqs.begin() + b, reqs.begin() + std::min(reqs.size(), b + batch));
+    int64_t longest = 0;
+    for (const auto& r : chunk) longest = std::max(longest, r.max_new_tokens);
+    for (auto& r : chunk) r.max_new_tokens = longest;  // finished members keep their slot busy
+    const Timed t = timed_generate(*model, chunk, p);
+    static_s += t.seconds;
+    static_steps += t.stats.decode_steps;
+  }
+
+  nlohmann::json out;
+  out["threads"] = torch::get_num_threads();
+  out["gemm512_f32_gflops"] = gemm_gflops();
+  out["dtype"] = a.dtype;
+  out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers},
+                  {"heads", c.num_heads},         {"kv_heads", c.num_kv_heads},
+                  {"vocab", c.vocab_size},        {"intermediate_size", c.intermediate_size}};
+  out["prompt_len"] = a.prompt_len;
+  out["max_new_tokens"] = a.max_new_tokens;
+  out["batch"] = a.batch;
+  out["requests"] = a.requests;
+  out["kv_cache"] = rate(cached.stats.generated_tokens, cached.seconds);
+  out["no_cache"] = rate(recompute.stats.generated_tokens, recompute.seconds);
+  out["kv_cache_speedup"] = recompute.seconds / cached.seconds * cached.stats.generated_tokens /
+                            std::max<int64_t>(1, recompute.stats.generated_tokens);
+  out["kv_vs_recompute_same_responses"] = same;
+  const double mean_len = static_cast<double>(useful) / a.requests;
+  out["long_tail"] = {
+      {"sigma", a.tail_sigma},
+      {"mean_len", mean_len},
+      {"max_len", *std::max_element(lengths.begin(), lengths.end())},
+      {"continuous", rate(useful, continuous.seconds)},
+      {"static", rate(useful, static_s)},
+      {"continuous_speedup", static_s / continuous.seconds},
+      {"continuous_decode_steps", continuous.stats.decode_steps},
+      {"static_decode_steps", static_steps},
+  };
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace tandem::app

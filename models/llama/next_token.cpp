@@ -1,0 +1,101 @@
+// Greedy / temperature / top-k / top-p token choice on one float64 logits row. The nucleus is
+// found with a growing partial sort: it usually holds a handful of tokens, and sorting a whole
+// 150k vocabulary per token would dominate a CPU decode step.
+#include "models/llama/next_token.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+namespace tandem::models {
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+constexpr int64_t kFirstNucleusGuess = 64;
+
+int64_t argmax(const double* z, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (z[i] > z[best]) best = i;
+  return best;
+}
+
+// First candidate (in `order`) whose cumulative weight exceeds u * total.
+int64_t inverse_cdf(const std::vector<double>& w, const std::vector<int64_t>& order, double u) {
+  double total = 0;
+  for (int64_t i : order) total += w[i];
+  const double target = u * total;
+  double cum = 0;
+  int64_t last_positive = order.front();
+  for (int64_t i : order) {
+    if (w[i] <= 0) continue;
+    cum += w[i];
+    last_positive = i;
+    if (cum > target) return i;
+  }
+  return last_positive;  // u * total rounded up to the total
+}
+
+}  // namespace
+
+uint64_t mix64(uint64_t x) {
+  uint64_t z = x + kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t SampleStream::next_u64() {
+  const uint64_t out = mix64(state_);
+  state_ += kGolden;
+  return out;
+}
+
+double SampleStream::next_uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+bool is_greedy(const SamplingParams& p) { return p.temperature == 0.0 || p.top_k == 1; }
+
+int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u) {
+  if (n < 1) throw std::invalid_argument("pick_token: empty logits row");
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(z[i]) || z[i] == INFINITY) throw std::runtime_error("sampler: a logits row holds NaN or +inf");
+  const int64_t best = argmax(z, n);
+  if (z[best] == -INFINITY) throw std::runtime_error("sampler: a logits row is all -inf");
+  if (is_greedy(p)) return best;
+
+  std::vector<double> w(static_cast<size_t>(n));  // (n) unnormalised probabilities
+  for (int64_t i = 0; i < n; ++i) w[i] = std::exp((z[i] - z[best]) / p.temperature);
+  const int64_t k = p.top_k > 0 ? std::min(p.top_k, n) : n;
+  const bool nucleus = p.top_p < 1.0;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (k == n && !nucleus) return inverse_cdf(w, order, u);
+
+  const auto better = [&](int64_t a, int64_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
+  if (k < n) {
+    std::nth_element(order.begin(), order.begin() + k, order.end(), better);
+    order.resize(static_cast<size_t>(k));
+  }
+  if (!nucleus) {
+    std::sort(order.begin(), order.end(), better);
+    return inverse_cdf(w, order, u);
+  }
+  double total = 0;
+  for (int64_t i : order) total += w[i];
+  const double needed = p.top_p * total;
+  // Sort a prefix big enough to hold the nucleus, growing it until it does.
+  int64_t kept = 0;
+  for (int64_t m = std::min(k, kFirstNucleusGuess);; m = std::min(k, 4 * m)) {
+    std::partial_sort(order.begin(), order.begin() + m, order.end(), better);
+    double cum = 0;
+    for (kept = 0; kept < m && cum < needed;) cum += w[order[kept++]];
+    if (cum >= needed || m == k) break;
+  }
+  order.resize(static_cast<size_t>(std::max<int64_t>(kept, 1)));
+  return inverse_cdf(w, order, u);
+}
+
+}  // namespace tandem::models

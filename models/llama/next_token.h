@@ -1,0 +1,39 @@
+// Choosing one sequence's next token from its logits row: greedy, or temperature / top-k / top-p
+// over float64 probabilities and inverse-CDF sampling with one uniform from the sample's own
+// random stream, so the choice depends on nothing but that row and that stream.
+#pragma once
+
+#include <cstdint>
+
+#include "models/llama/sampler.h"
+
+namespace tandem::models {
+
+// SplitMix64's output function: a bijective 64-bit mix (the chain behind sample_seed).
+uint64_t mix64(uint64_t x);
+
+// A sample's private random stream (SplitMix64): one uniform per sampled token.
+class SampleStream {
+ public:
+  explicit SampleStream(uint64_t seed) : state_(seed) {}
+  uint64_t next_u64();
+  double next_uniform();  // in [0, 1), 53 random bits
+
+ private:
+  uint64_t state_;
+};
+
+// True when `p` always takes the most likely token (temperature 0 or top_k 1).
+bool is_greedy(const SamplingParams& p);
+
+// The token in [0, n) for logits z[0..n) (the row cut at vocab_limit by the caller):
+// - greedy: the first index of the maximum;
+// - otherwise w_i = exp((z_i - max z) / temperature) in float64; with top_k the k largest w stay
+//   (ties: the lower id ranks first); with top_p < 1 the candidates sorted by descending w (same
+//   tie rule) are cut after the shortest prefix holding top_p of the remaining mass; the token is
+//   the first candidate, in vocabulary order when nothing is filtered and in that sorted order
+//   otherwise, whose cumulative w exceeds u * (sum of the candidates' w).
+// Throws std::runtime_error for a row holding NaN or +inf, or all -inf.
+int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u);
+
+}  // namespace tandem::models

@@ -1,0 +1,211 @@
+// generate(): the continuous-batching loop over the model's prefill / decode forwards (or, with
+// use_kv_cache false, full-prefix recomputation), one token choice per live sequence per step.
+#include "models/llama/sampler.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "models/llama/model.h"
+#include "models/llama/next_token.h"
+
+namespace tandem::models {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw UserError("sampler: " + what);
+}
+
+int64_t max_new_of(const GenerationRequest& r, const SamplingParams& p) {
+  return r.max_new_tokens >= 0 ? r.max_new_tokens : p.max_new_tokens;
+}
+
+void validate(const std::vector<GenerationRequest>& requests, const SamplingParams& p, const LlamaConfig& c) {
+  require(std::isfinite(p.temperature) && p.temperature >= 0, "temperature must be >= 0");
+  require(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1]");
+  require(p.top_k >= 0, "top_k must be >= 0");
+  require(p.max_new_tokens >= 0, "max_new_tokens must be >= 0");
+  require(p.max_batch >= 1, "max_batch must be >= 1");
+  require(p.vocab_limit >= 0, "vocab_limit must be >= 0");
+  for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    const std::string who = "request " + std::to_string(i) + ": ";
+    require(!r.prompt.empty(), who + "empty prompt");
+    for (int64_t id : r.prompt)
+      require(id >= 0 && id < c.vocab_size, who + "prompt id " + std::to_string(id) + " outside the vocabulary");
+    require(r.max_new_tokens >= -1, who + "max_new_tokens must be >= 0 (or -1: the params' value)");
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + max_new_of(r, p);
+    require(total <= c.max_seq_len, who + "prompt + max_new_tokens = " + std::to_string(total) +
+                                        " exceeds the model's max_seq_len " + std::to_string(c.max_seq_len));
+  }
+}
+
+// One sequence being decoded; it sits in cache slot = its index in Batcher::live_.
+struct Live {
+  size_t request;
+  SampleStream stream;
+  int64_t max_new;
+  Generation out;
+};
+
+// Rows of `seqs` as one packed input with positions restarting at 0.
+PackedInput pack(const std::vector<std::vector<int64_t>>& seqs) {
+  std::vector<int64_t> ids, pos, cu{0};
+  int64_t width = 0;
+  for (const auto& s : seqs) {
+    ids.insert(ids.end(), s.begin(), s.end());
+    for (size_t j = 0; j < s.size(); ++j) pos.push_back(static_cast<int64_t>(j));
+    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
+    width = std::max<int64_t>(width, static_cast<int64_t>(s.size()));
+  }
+  return {torch::tensor(ids, torch::kInt64).view({1, -1}), torch::tensor(pos, torch::kInt64).view({1, -1}),
+          torch::tensor(cu, torch::kInt64), width};
+}
+
+bool ends_with(const std::vector<int64_t>& tokens, const std::vector<int64_t>& suffix) {
+  return tokens.size() >= suffix.size() && std::equal(suffix.rbegin(), suffix.rend(), tokens.rbegin());
+}
+
+class Batcher {
+ public:
+  Batcher(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests, const SamplingParams& p)
+      : model_(model), requests_(requests), p_(p), results_(requests.size()) {
+    int64_t capacity = 1;
+    for (const auto& r : requests) capacity = std::max<int64_t>(capacity, r.prompt.size() + max_new_of(r, p));
+    const int64_t slots = std::min<int64_t>(p.max_batch, static_cast<int64_t>(requests.size()));
+    if (p.use_kv_cache && slots > 0) cache_.emplace(model.make_kv_cache(slots, capacity));
+  }
+
+  std::vector<Generation> run(GenerationStats& stats) {
+    while (true) {
+      admit(stats);
+      if (live_.empty()) {
+        if (next_ >= requests_.size()) break;
+        continue;  // everything admitted finished on its first token; admit more
+      }
+      decode(stats);
+    }
+    for (const Generation& g : results_) stats.generated_tokens += static_cast<int64_t>(g.tokens.size());
+    return std::move(results_);
+  }
+
+ private:
+  // Prefills waiting requests into the free slots and samples their first tokens.
+  void admit(GenerationStats& stats) {
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<int64_t> slots;
+    const size_t first = live_.size();
+    while (live_.size() < static_cast<size_t>(p_.max_batch) && next_ < requests_.size()) {
+      const size_t r = next_++;
+      const int64_t max_new = max_new_of(requests_[r], p_);
+      if (max_new == 0) continue;  // an empty response; results_[r] stays empty
+      slots.push_back(static_cast<int64_t>(live_.size()));
+      prompts.push_back(requests_[r].prompt);
+      live_.push_back({r, SampleStream(requests_[r].seed), max_new, {}});
+    }
+    if (prompts.empty()) return;
+    ++stats.prefills;
+    stats.max_live = std::max<int64_t>(stats.max_live, static_cast<int64_t>(live_.size()));
+    KvCache* cache = cache_ ? &*cache_ : nullptr;
+    take(model_.prefill(pack(prompts), cache, cache ? slots : std::vector<int64_t>{}), first);
+  }
+
+  // Extends every live sequence by one token.
+  void decode(GenerationStats& stats) {
+    ++stats.decode_steps;
+    stats.max_live = std::max<int64_t>(stats.max_live, static_cast<int64_t>(live_.size()));
+    if (cache_) {
+      std::vector<int64_t> last;
+      for (const Live& s : live_) last.push_back(s.out.tokens.back());
+      take(model_.decode_step(torch::tensor(last, torch::kInt64), *cache_), 0);
+      return;
+    }
+    std::vector<std::vector<int64_t>> prefixes;  // recompute baseline: the whole prompt + response
+    for (const Live& s : live_) {
+      prefixes.push_back(requests_[s.request].prompt);
+      prefixes.back().insert(prefixes.back().end(), s.out.tokens.begin(), s.out.tokens.end());
+    }
+    take(model_.prefill(pack(prefixes)), 0);
+  }
+
+  // logits (m, V): the next-token logits of live_[first + i]. Chooses, records and retires.
+  void take(const torch::Tensor& logits, size_t first) {
+    const int64_t m = logits.size(0), vocab = logits.size(1);
+    const int64_t limit = p_.vocab_limit > 0 ? std::min(p_.vocab_limit, vocab) : vocab;
+    const torch::Tensor z = logits.to(torch::kCPU);                      // (m, V) in the log-prob dtype
+    const torch::Tensor z64 = z.to(torch::kFloat64).contiguous();        // (m, V) for the choice
+    std::vector<int64_t> chosen(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      Live& s = live_[first + i];
+      const double u = is_greedy(p_) ? 0.0 : s.stream.next_uniform();
+      chosen[i] = pick_token(z64.data_ptr<double>() + i * vocab, limit, p_, u);
+    }
+    const torch::Tensor tokens = torch::tensor(chosen, torch::kInt64);  // (m)
+    // The untempered, untruncated log-prob in the model's log-prob dtype, as the training forward.
+    const torch::Tensor logp =  // (m)
+        torch::log_softmax(z, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(torch::kFloat64).contiguous();
+    std::vector<size_t> done;
+    for (int64_t i = 0; i < m; ++i) {
+      Live& s = live_[first + i];
+      s.out.tokens.push_back(chosen[i]);
+      s.out.logp.push_back(logp.data_ptr<double>()[i]);
+      s.out.stopped = stops(s.out.tokens);
+      if (s.out.stopped || static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) done.push_back(first + i);
+    }
+    // Highest index first: the last live sequence, moved into a freed slot, is never one of them.
+    for (auto it = done.rbegin(); it != done.rend(); ++it) retire(*it);
+  }
+
+  bool stops(const std::vector<int64_t>& tokens) const {
+    if (std::find(p_.stop_ids.begin(), p_.stop_ids.end(), tokens.back()) != p_.stop_ids.end()) return true;
+    for (const auto& seq : p_.stop_sequences)
+      if (ends_with(tokens, seq)) return true;
+    return false;
+  }
+
+  // Records live_[i]'s result and fills its slot with the last live sequence (and its cache).
+  void retire(size_t i) {
+    results_[live_[i].request] = std::move(live_[i].out);
+    const size_t last = live_.size() - 1;
+    if (i != last) live_[i] = std::move(live_[last]);
+    live_.pop_back();
+    if (!cache_) return;
+    if (i != last)
+      cache_->move(static_cast<int64_t>(last), static_cast<int64_t>(i));
+    else
+      cache_->clear(static_cast<int64_t>(i));
+  }
+
+  LlamaForCausalLMImpl& model_;
+  const std::vector<GenerationRequest>& requests_;
+  const SamplingParams& p_;
+  std::vector<Generation> results_;
+  std::vector<Live> live_;
+  size_t next_ = 0;  // the first request not yet admitted
+  std::optional<KvCache> cache_;
+};
+
+}  // namespace
+
+uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t prompt_id, int64_t sample_index) {
+  uint64_t h = mix64(run_seed);
+  for (int64_t x : {step, prompt_id, sample_index}) h = mix64(h ^ static_cast<uint64_t>(x));
+  return h;
+}
+
+std::vector<Generation> generate(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests,
+                                 const SamplingParams& params, GenerationStats* stats) {
+  validate(requests, params, model.config());
+  torch::NoGradGuard no_grad;
+  GenerationStats local;
+  Batcher batcher(model, requests, params);
+  return batcher.run(stats != nullptr ? *stats : local);
+}
+
+}  // namespace tandem::models

@@ -1,0 +1,88 @@
+// The sampler on real tp / cp ranks: tokens equal the one-rank model's and log-probs agree to
+// 1e-10 (float64), with and without the KV cache; cp ranks are ignored by generation, so each
+// runs it whole and gets the same result. Layouts that do not divide the world are skipped.
+#include <catch2/catch.hpp>
+
+#include "llama_test_util.h"
+#include "models/llama/model.h"
+#include "models/llama/sampler.h"
+#include "mpi_test_util.h"
+#include "parallel/process_groups.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Layout {
+  int64_t tp = 1, cp = 1;
+};
+
+// Communicators of one {dp, cp, tp} layout over the whole world, and the model's context.
+struct Groups {
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  std::unique_ptr<parallel::Communicator> tp, cp;
+  parallel::ParallelContext ctx;
+  explicit Groups(Layout l) {
+    const auto dims = parallel::ParallelDims::resolve(-1, l.cp, l.tp, test::world_size());
+    groups = std::make_unique<parallel::ProcessGroups>(MPI_COMM_WORLD, dims);
+    tp = parallel::make_mpi_communicator(*groups, parallel::Axis::kTp, 60);
+    cp = parallel::make_mpi_communicator(*groups, parallel::Axis::kCp, 60);
+    ctx = parallel::ParallelContext::from(tp.get(), cp.get());
+  }
+};
+
+// Splits over 4 tp ranks (8 heads over 4 kv heads, GQA) with an uneven vocab and MLP.
+models::LlamaConfig config() {
+  models::LlamaConfig c;
+  c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 8, c.num_kv_heads = 4;
+  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = true, c.initializer_range = 0.3;
+  return c;
+}
+
+models::LlamaForCausalLM make(const parallel::ParallelContext& ctx) {
+  models::LlamaForCausalLM m(config(), ctx, 3);
+  m->to(torch::kFloat64);
+  return m;
+}
+
+std::vector<models::GenerationRequest> requests() {
+  const auto prompts = test::random_sequences({5, 1, 9, 4, 12, 7}, 97, 21);
+  std::vector<models::GenerationRequest> out;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    out.push_back({prompts[i], models::sample_seed(5, 1, static_cast<int64_t>(i), 0)});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tp and cp generation gives the one-rank tokens and log-probs (float64)", "[mpi][sampler]") {
+  const auto reqs = requests();
+  models::LlamaForCausalLM single = make({});
+  std::vector<models::SamplingParams> settings(2);
+  settings[0].temperature = 1.0, settings[0].top_p = 0.9, settings[0].top_k = 30;
+  settings[0].max_new_tokens = 14, settings[0].max_batch = 4, settings[0].stop_ids = {7};
+  settings[1].temperature = 0.0, settings[1].max_new_tokens = 10, settings[1].vocab_limit = 90;
+  for (const Layout l : {Layout{2, 1}, Layout{4, 1}, Layout{1, 2}, Layout{2, 2}}) {
+    if (test::world_size() % (l.tp * l.cp) != 0) continue;
+    INFO("tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
+    Groups g(l);
+    models::LlamaForCausalLM model = make(g.ctx);
+    for (const bool cache : {true, false}) {
+      for (models::SamplingParams p : settings) {
+        INFO("kv cache " << cache << " temperature " << p.temperature);
+        p.use_kv_cache = cache;
+        const auto ref = models::generate(*single, reqs, p);
+        const auto got = models::generate(*model, reqs, p);
+        REQUIRE(got.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          INFO("request " << i);
+          CHECK(got[i].tokens == ref[i].tokens);
+          CHECK(got[i].stopped == ref[i].stopped);
+          REQUIRE(got[i].logp.size() == ref[i].logp.size());
+          CHECK(test::rel_floor1(torch::tensor(got[i].logp, torch::kFloat64),
+                                 torch::tensor(ref[i].logp, torch::kFloat64)) < 1e-10);
+        }
+      }
+    }
+  }
+}
