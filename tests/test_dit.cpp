@@ -1,43 +1,18 @@
 // The diffusion transformer: shapes and dtypes, the adaLN-Zero start, classifier-free guidance,
 // gradients, and config checks.
-#include <ATen/CPUGeneratorImpl.h>
 #include <catch2/catch.hpp>
 
+#include "dit_test_model.h"
 #include "models/dit/dit.h"
 #include "models/dit/sampler.h"
 
 using namespace tandem::models;
-
-namespace {
-
-DitConfig small_config() {
-  DitConfig c;
-  c.image_size = 8;
-  c.channels = 3;
-  c.patch_size = 2;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_classes = 3;
-  return c;
-}
-
-// A freshly built DiT predicts exactly 0 (zero adaLN and output layers); tests that need a
-// non-trivial function move every parameter off its initial value.
-void perturb(DitImpl& model, uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  for (auto& p : model.parameters())
-    p.add_(torch::randn(p.sizes(), gen, torch::kFloat32).to(p.options()) * 0.2);
-}
-
-}  // namespace
+using tandem::test::perturbed_dit;
+using tandem::test::tiny_dit_config;
 
 TEST_CASE("Dit: output has the input's shape and the model's dtype", "[dit]") {
   for (const torch::Dtype dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
-    Dit model(small_config());
-    model->to(dtype);
-    perturb(*model, 1);
+    Dit model = perturbed_dit(dtype, 1);
     const torch::Tensor x = torch::randn({5, 3, 8, 8});
     const torch::Tensor sigma = torch::rand({5});
     const torch::Tensor labels = torch::tensor({0, 1, 2, 3, 1}, torch::kInt64);  // 3 = the null class
@@ -52,12 +27,11 @@ TEST_CASE("Dit: output has the input's shape and the model's dtype", "[dit]") {
 TEST_CASE("Dit: patch sizes, channels and a batch of one", "[dit]") {
   for (const auto& [size, channels, patch] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {16, 3, 4}, {16, 1, 2}, {12, 3, 3}, {8, 3, 8}}) {
-    DitConfig c = small_config();
+    DitConfig c = tiny_dit_config();
     c.image_size = size;
     c.channels = channels;
     c.patch_size = patch;
-    Dit model(c);
-    perturb(*model, 2);
+    Dit model = perturbed_dit(torch::kFloat32, 2, c);
     CHECK(model->pos_embed.sizes() == std::vector<int64_t>{1, c.num_patches(), c.hidden_size});
     const torch::Tensor x = torch::randn({1, channels, size, size});
     const torch::Tensor v = model->forward(x, torch::full({1}, 0.5), torch::zeros({1}, torch::kInt64));
@@ -66,15 +40,13 @@ TEST_CASE("Dit: patch sizes, channels and a batch of one", "[dit]") {
 }
 
 TEST_CASE("Dit: adaLN-Zero start predicts v = 0 exactly", "[dit]") {
-  Dit model(small_config());
+  Dit model(tiny_dit_config());
   const torch::Tensor v = model->forward(torch::randn({4, 3, 8, 8}), torch::rand({4}), torch::zeros({4}, torch::kInt64));
   CHECK(v.abs().max().item<double>() == 0.0);
 }
 
 TEST_CASE("Dit: the output depends on the timestep, the class and every pixel patch", "[dit]") {
-  Dit model(small_config());
-  model->to(torch::kFloat64);
-  perturb(*model, 3);
+  Dit model = perturbed_dit(torch::kFloat64, 3);
   const torch::Tensor x = torch::randn({1, 3, 8, 8}, torch::kFloat64);
   const torch::Tensor s = torch::full({1}, 0.3, torch::kFloat64), y = torch::ones({1}, torch::kInt64);
   const torch::Tensor v = model->forward(x, s, y);
@@ -86,8 +58,7 @@ TEST_CASE("Dit: the output depends on the timestep, the class and every pixel pa
 }
 
 TEST_CASE("Dit: every parameter gets a finite gradient", "[dit]") {
-  Dit model(small_config());
-  perturb(*model, 4);
+  Dit model = perturbed_dit(torch::kFloat32, 4);
   const torch::Tensor v = model->forward(torch::randn({3, 3, 8, 8}), torch::rand({3}), torch::tensor({0, 1, 3}));
   v.pow(2).mean().backward();
   for (const auto& item : model->named_parameters()) {
@@ -99,9 +70,7 @@ TEST_CASE("Dit: every parameter gets a finite gradient", "[dit]") {
 }
 
 TEST_CASE("guided_velocity: cfg 1 is the conditional pass; other cfg combine both passes", "[dit]") {
-  Dit model(small_config());
-  model->to(torch::kFloat64);
-  perturb(*model, 5);
+  Dit model = perturbed_dit(torch::kFloat64, 5);
   const torch::Tensor x = torch::randn({4, 3, 8, 8}, torch::kFloat64);
   const torch::Tensor s = torch::rand({4}, torch::kFloat64), y = torch::tensor({0, 1, 2, 1});
   const torch::Tensor cond = model->forward(x, s, y);
@@ -115,11 +84,11 @@ TEST_CASE("guided_velocity: cfg 1 is the conditional pass; other cfg combine bot
 }
 
 TEST_CASE("check_dit_config names the bad field", "[dit]") {
-  DitConfig c = small_config();
+  DitConfig c = tiny_dit_config();
   c.patch_size = 3;
   CHECK_THROWS_WITH(check_dit_config(c), Catch::Contains("patch_size 3 does not divide image_size 8"));
-  c = small_config();
+  c = tiny_dit_config();
   c.num_heads = 5;
   CHECK_THROWS_WITH(check_dit_config(c), Catch::Contains("num_heads 5"));
-  CHECK_NOTHROW(check_dit_config(small_config()));
+  CHECK_NOTHROW(check_dit_config(tiny_dit_config()));
 }

@@ -1,37 +1,17 @@
 // The DiT samplers: per-sample noise streams, SDE rollouts with log-probs, the Euler ODE, and the
 // recomputed transition log-prob training relies on (ratio exactly 1 under the rollout weights).
-#include <ATen/CPUGeneratorImpl.h>
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <iostream>
 
+#include "dit_test_model.h"
 #include "models/dit/sampler.h"
 
 using namespace tandem::models;
+using tandem::test::perturbed_dit;
 
 namespace {
-
-DitConfig sampler_config() {
-  DitConfig c;
-  c.image_size = 8;
-  c.channels = 3;
-  c.patch_size = 2;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_classes = 3;
-  return c;
-}
-
-Dit perturbed_model(torch::Dtype dtype, uint64_t seed) {
-  Dit model(sampler_config());
-  torch::NoGradGuard no_grad;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  for (auto& p : model->parameters()) p.add_(torch::randn(p.sizes(), gen, torch::kFloat32) * 0.2);
-  model->to(dtype);
-  return model;
-}
 
 std::vector<NoiseKey> keys_for(const std::vector<int64_t>& samples) {
   std::vector<NoiseKey> keys;
@@ -71,7 +51,7 @@ TEST_CASE("NoiseStreams: a row depends on its key only", "[flow_sde]") {
 }
 
 TEST_CASE("sample_sde: trajectory, log-prob and sigma shapes", "[flow_sde]") {
-  Dit model = perturbed_model(torch::kFloat32, 11);
+  Dit model = perturbed_dit(torch::kFloat32, 11);
   const SdeSamplerOptions o{6, 0.7, 3.0, 1.0};
   const auto samples = std::vector<int64_t>{0, 1, 5};
   const SdeRollout r = sample_sde(*model, labels_for(samples), keys_for(samples), o);
@@ -88,7 +68,7 @@ TEST_CASE("sample_sde: trajectory, log-prob and sigma shapes", "[flow_sde]") {
 }
 
 TEST_CASE("sample_sde: a sample's trajectory does not depend on its batch", "[flow_sde]") {
-  Dit model = perturbed_model(torch::kFloat64, 12);
+  Dit model = perturbed_dit(torch::kFloat64, 12);
   const SdeSamplerOptions o{5, 0.7, 3.0, 2.0};
   const std::vector<int64_t> full{0, 1, 2, 3, 4, 5}, sub{4, 1};
   const SdeRollout a = sample_sde(*model, labels_for(full), keys_for(full), o);
@@ -108,7 +88,7 @@ TEST_CASE("sample_sde: a sample's trajectory does not depend on its batch", "[fl
 
 TEST_CASE("sample_sde with noise_level 0 follows the Euler ODE path", "[flow_sde]") {
   for (const torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {
-    Dit model = perturbed_model(dtype, 13);
+    Dit model = perturbed_dit(dtype, 13);
     const std::vector<int64_t> s{0, 1, 2};
     const SdeRollout sde = sample_sde(*model, labels_for(s), keys_for(s), {8, 0.0, 3.0, 1.5});
     const torch::Tensor ode = sample_ode(*model, labels_for(s), keys_for(s), {8, 3.0, 1.5});
@@ -123,7 +103,7 @@ TEST_CASE("transition_log_prob recomputes the rollout's log-probs bitwise (ratio
   for (const torch::Dtype dtype : {torch::kFloat32, torch::kFloat64}) {
     for (const double cfg : {1.0, 3.0}) {
       INFO("dtype " << dtype << " cfg " << cfg);
-      Dit model = perturbed_model(dtype, 14);
+      Dit model = perturbed_dit(dtype, 14);
       const std::vector<int64_t> s{0, 1, 2, 3, 6};
       const SdeSamplerOptions o{4, 0.8, 3.0, cfg};
       const SdeRollout r = sample_sde(*model, labels_for(s), keys_for(s), o);
@@ -142,7 +122,7 @@ TEST_CASE("transition_log_prob recomputes the rollout's log-probs bitwise (ratio
 }
 
 TEST_CASE("transition_log_prob: per-sample timesteps and gradients into the model", "[flow_sde]") {
-  Dit model = perturbed_model(torch::kFloat64, 15);
+  Dit model = perturbed_dit(torch::kFloat64, 15);
   const std::vector<int64_t> s{0, 1, 2};
   const SdeSamplerOptions o{5, 0.7, 3.0, 1.0};
   const SdeRollout r = sample_sde(*model, labels_for(s), keys_for(s), o);
@@ -165,7 +145,7 @@ TEST_CASE("transition_log_prob: per-sample timesteps and gradients into the mode
 }
 
 TEST_CASE("bfloat16 model: latents and log-probs stay float32", "[flow_sde]") {
-  Dit model = perturbed_model(torch::kBFloat16, 16);
+  Dit model = perturbed_dit(torch::kBFloat16, 16);
   const std::vector<int64_t> s{0, 1};
   const SdeRollout r = sample_sde(*model, labels_for(s), keys_for(s), {3, 0.7, 3.0, 2.0});
   CHECK(r.latents.scalar_type() == torch::kFloat32);

@@ -3,7 +3,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <stdexcept>
 
 namespace tandem::models {
 
@@ -22,13 +21,38 @@ torch::TensorOptions step_options(const DitImpl& model) {
   return torch::TensorOptions().dtype(dtype).device(model.device());
 }
 
-std::vector<int64_t> sample_shape(const DitConfig& c) { return {c.channels, c.image_size, c.image_size}; }
+// What both sampling loops share: the step dtype, the schedule, the labels on the model's device
+// and the per-sample noise streams.
+class SamplerRun {
+ public:
+  SamplerRun(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys, int64_t steps,
+             double shift)
+      : options_(step_options(model)),
+        sigmas_(sigma_schedule(steps, shift)),
+        labels_(labels.to(model.device())),
+        noise_(keys),
+        sample_shape_{model.config().channels, model.config().image_size, model.config().image_size} {
+    TORCH_CHECK(labels.dim() == 1 && labels.size(0) == static_cast<int64_t>(keys.size()),
+                "sampler: labels must be (B) with one noise key per sample; got labels ", labels.sizes(), " and ",
+                keys.size(), " keys");
+  }
 
-void check_batch(const torch::Tensor& labels, const std::vector<NoiseKey>& keys) {
-  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == static_cast<int64_t>(keys.size()),
-              "sampler: labels must be (B) with one noise key per sample; got labels ", labels.sizes(), " and ",
-              keys.size(), " keys");
-}
+  torch::Tensor draw() { return noise_.draw(sample_shape_, options_); }  // (B, C, H, W)
+  // sigma_i for every sample -> (B) in the step dtype.
+  torch::Tensor sigma(int64_t i) const {
+    return torch::full({labels_.size(0)}, sigmas_[i].item<double>(), options_);
+  }
+  double sigma_max() const { return sigmas_[1].item<double>(); }
+  const torch::Tensor& sigmas() const { return sigmas_; }  // (S+1) float64
+  const torch::Tensor& labels() const { return labels_; }  // (B)
+
+ private:
+  torch::TensorOptions options_;
+  torch::Tensor sigmas_;
+  torch::Tensor labels_;
+  NoiseStreams noise_;
+  std::vector<int64_t> sample_shape_;
+};
 
 }  // namespace
 
@@ -67,42 +91,29 @@ torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torc
 
 SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                       const SdeSamplerOptions& o) {
-  check_batch(labels, keys);
   torch::NoGradGuard no_grad;
-  const torch::TensorOptions opts = step_options(model);
-  const int64_t b = labels.size(0);
-  const torch::Tensor sigmas = sigma_schedule(o.steps, o.shift);  // (S+1) float64
-  const auto sig = sigmas.accessor<double, 1>();
-  const torch::Tensor y = labels.to(model.device());
-  NoiseStreams noise(keys);
-  torch::Tensor x = noise.draw(sample_shape(model.config()), opts);  // (B, C, H, W)
+  SamplerRun run(model, labels, keys, o.steps, o.shift);
+  torch::Tensor x = run.draw();  // (B, C, H, W)
   std::vector<torch::Tensor> latents{x}, log_probs;
   for (int64_t i = 0; i < o.steps; ++i) {
-    const torch::Tensor s = torch::full({b}, sig[i], opts), s_next = torch::full({b}, sig[i + 1], opts);  // (B)
-    const torch::Tensor v = guided_velocity(model, x, s, y, o.cfg);
-    const torch::Tensor eps = noise.draw(sample_shape(model.config()), opts);
-    SdeStepResult st = sde_step(x, v, s, s_next, o.noise_level, sig[1], eps, SdeGiven::kNoise);
+    const torch::Tensor s = run.sigma(i), s_next = run.sigma(i + 1);  // (B)
+    const torch::Tensor v = guided_velocity(model, x, s, run.labels(), o.cfg);
+    SdeStepResult st = sde_step(x, v, s, s_next, o.noise_level, run.sigma_max(), run.draw(), SdeGiven::kNoise);
     x = st.prev;
     latents.push_back(x);
     log_probs.push_back(st.log_prob);
   }
-  return {torch::stack(latents, 1), torch::stack(log_probs, 1), sigmas};
+  return {torch::stack(latents, 1), torch::stack(log_probs, 1), run.sigmas()};
 }
 
 torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                          const OdeSamplerOptions& o) {
-  check_batch(labels, keys);
   torch::NoGradGuard no_grad;
-  const torch::TensorOptions opts = step_options(model);
-  const int64_t b = labels.size(0);
-  const torch::Tensor sigmas = sigma_schedule(o.steps, o.shift);  // (S+1) float64
-  const auto sig = sigmas.accessor<double, 1>();
-  const torch::Tensor y = labels.to(model.device());
-  NoiseStreams noise(keys);
-  torch::Tensor x = noise.draw(sample_shape(model.config()), opts);  // (B, C, H, W)
+  SamplerRun run(model, labels, keys, o.steps, o.shift);
+  torch::Tensor x = run.draw();  // (B, C, H, W)
   for (int64_t i = 0; i < o.steps; ++i) {
-    const torch::Tensor s = torch::full({b}, sig[i], opts), s_next = torch::full({b}, sig[i + 1], opts);  // (B)
-    x = euler_step(x, guided_velocity(model, x, s, y, o.cfg), s, s_next);
+    const torch::Tensor s = run.sigma(i), s_next = run.sigma(i + 1);  // (B)
+    x = euler_step(x, guided_velocity(model, x, s, run.labels(), o.cfg), s, s_next);
   }
   return x;
 }
