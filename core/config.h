@@ -260,4 +260,9 @@ std::string to_yaml(const Config& config);
 // Levenshtein distance, for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 
+// "unknown <what> '<name>'; expected one of a|b|c", plus " (did you mean b?)" when a name is within
+// edit distance 2: the message of every built-in name table.
+std::string unknown_name_message(const std::string& what, const std::string& name,
+                                 const std::vector<std::string>& names);
+
 }  // namespace tandem

@@ -313,4 +313,18 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+std::string unknown_name_message(const std::string& what, const std::string& name,
+                                 const std::vector<std::string>& names) {
+  std::string list, nearest;
+  size_t best = std::string::npos;
+  for (const auto& n : names) {
+    list += (list.empty() ? "" : "|") + n;
+    const size_t d = edit_distance(name, n);
+    if (d < best) best = d, nearest = n;
+  }
+  std::string msg = "unknown " + what + " '" + name + "'; expected one of " + list;
+  if (best <= 2) msg += " (did you mean " + nearest + "?)";
+  return msg;
+}
+
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include "core/exchange.h"
 #include "core/loss.h"
 #include "core/rewards/image_reward_fn.h"
+#include "core/rewards/reward_fn.h"
 #include "core/track.h"
 #include "models/dit/dit.h"
 

@@ -4,15 +4,19 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 namespace tandem::test {
 
-nlohmann::json load_fixture(const std::string& name) {
+const nlohmann::json& load_fixture(const std::string& name) {
+  static std::map<std::string, nlohmann::json> cache;  // Catch2 runs tests on one thread
+  const auto hit = cache.find(name);
+  if (hit != cache.end()) return hit->second;
   const std::string path = std::string(TANDEM_FIXTURES_DIR) + "/" + name;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("missing fixture " + path + " (run scripts/fixtures/make_numerics.py)");
-  return nlohmann::json::parse(in);
+  return cache.emplace(name, nlohmann::json::parse(in)).first->second;
 }
 
 torch::Tensor to_tensor(const nlohmann::json& values, torch::Dtype dtype) {

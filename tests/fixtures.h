@@ -10,7 +10,10 @@
 
 namespace tandem::test {
 
-nlohmann::json load_fixture(const std::string& name);  // tests/fixtures/<name>
+// tests/fixtures/<name>, parsed once and kept for the whole run: the reference stays valid, so
+// `for (const auto& c : load_fixture(name)["cases"])` iterates a live object (a returned temporary
+// would die before the loop body and leave the range dangling).
+const nlohmann::json& load_fixture(const std::string& name);
 torch::Tensor to_tensor(const nlohmann::json& values, torch::Dtype dtype);
 torch::Tensor to_index(const nlohmann::json& values);  // int64
 

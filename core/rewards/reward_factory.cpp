@@ -18,15 +18,7 @@ std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::option
     if (!command || command->empty()) throw UserError("reward kind command: reward.command is required");
     return std::make_unique<RewardProcess>(RewardProcessOptions{*command, timeout_s, true});
   }
-  std::string list, nearest;
-  size_t best = std::string::npos;
-  for (const auto& name : ar_reward_names()) {
-    list += (list.empty() ? "" : "|") + name;
-    const size_t d = edit_distance(kind, name);
-    if (d < best) best = d, nearest = name;
-  }
-  throw UserError("unknown AR reward '" + kind + "'; expected one of " + list +
-                  (best <= 2 ? " (did you mean " + nearest + "?)" : ""));
+  throw UserError(unknown_name_message("AR reward", kind, ar_reward_names()));
 }
 
 }  // namespace tandem::rewards

@@ -8,22 +8,6 @@
 
 namespace tandem::tasks {
 
-namespace {
-std::string unknown_name_message(const std::string& what, const std::string& name,
-                                 const std::vector<std::string>& names) {
-  std::string list, nearest;
-  size_t best = std::string::npos;
-  for (const auto& n : names) {
-    list += (list.empty() ? "" : "|") + n;
-    const size_t d = edit_distance(name, n);
-    if (d < best) best = d, nearest = n;
-  }
-  std::string msg = "unknown " + what + " '" + name + "'; expected one of " + list;
-  if (best <= 2) msg += " (did you mean " + nearest + "?)";
-  return msg;
-}
-}  // namespace
-
 std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const std::optional<std::string>& path,
                                                  const std::string& prompt_key, const std::string& answer_key,
                                                  bool shuffle, int64_t seed,
