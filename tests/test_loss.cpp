@@ -13,7 +13,7 @@ PolicyLossOptions options_of(const nlohmann::json& c) {
   PolicyLossOptions o;
   o.clip_low = c["clip_low"].get<double>();
   o.clip_high = c["clip_high"].get<double>();
-  if (!c["clip_c"].is_null()) o.clip_c = c["clip_c"].get<double>();
+  o.clip_c = c["clip_c"].is_null() ? std::nullopt : std::optional<double>(c["clip_c"].get<double>());
   o.ratio = *parse_enum<RatioKind>(c["ratio"].get<std::string>());
   return o;
 }
@@ -109,18 +109,22 @@ TEST_CASE("aggregated loss and its gradient match the reference for every mode",
         agg.loss.backward();
         const double gscale = grad_ref.abs().max().item<double>();
         CHECK(test::max_rel_error(in.logp.grad(), grad_ref, gscale) < 1e-12);
-        // float32: 1e-6 relative on the loss (1e-5 where the 20-clamp makes ratios ~5e8).
+        // float32: 1e-6 relative on the loss, except where rounding the inputs to float32 alone
+        // moves the exact answer further: the 20-clamp case (ratios ~5e8) and the GSPO case whose
+        // 3e-4 clip band makes the loss a near-cancelling sum of ratios ~1 (both 1e-5).
         const Inputs in32 = inputs_of(c, torch::kFloat32);
         const PolicyLoss pl32 = policy_loss(in32.logp, in32.old_logp, in32.adv, in32.mask, in32.seq_index, options_of(c));
         const double l32 = aggregate_loss(pl32.loss, in32.mask, in32.seq_index, mode, denominators_of(c)).loss.item<double>();
-        const double tol32 = c["name"].get<std::string>().find("huge") != std::string::npos ? 1e-5 : 1e-6;
+        const std::string name = c["name"].get<std::string>();
+        const bool loose = name.find("huge") != std::string::npos || name.find("gspo") != std::string::npos;
+        const double tol32 = loose ? 1e-5 : 1e-6;
         CHECK(test::rel_error(l32, ex["loss"].get<double>(), 1e-6) < tol32);
       }
     }
   }
 }
 
-TEST_CASE("kl estimators match the reference (float64 1e-12, float32 1e-6)", "[loss]") {
+TEST_CASE("kl estimators match the reference (float64 1e-12 relative, float32 2e-6 absolute)", "[loss]") {
   for (const auto& c : test::load_fixture("kl.json")["cases"]) {
     SECTION(c["name"].get<std::string>()) {
       const KlEstimator est = *parse_enum<KlEstimator>(c["estimator"].get<std::string>());
@@ -128,9 +132,10 @@ TEST_CASE("kl estimators match the reference (float64 1e-12, float32 1e-6)", "[l
       const torch::Tensor k64 = kl_penalty(test::to_tensor(c["logp"], torch::kFloat64),
                                            test::to_tensor(c["ref"], torch::kFloat64), est);
       CHECK(test::max_rel_error(k64, expected, 1e-12) < 1e-12);
+      // k3 = exp(d) - d - 1 cancels for small d, so float32 is held to an absolute bound.
       const torch::Tensor k32 = kl_penalty(test::to_tensor(c["logp"], torch::kFloat32),
                                            test::to_tensor(c["ref"], torch::kFloat32), est);
-      CHECK(test::max_rel_error(k32, expected, 1e-3) < 1e-5);
+      CHECK((k32.to(torch::kFloat64) - expected).abs().max().item<double>() < 2e-6 * std::max(1.0, expected.abs().max().item<double>()));
     }
   }
 }
@@ -218,4 +223,12 @@ TEST_CASE("first-update ratio is exactly one when old_logp equals logp", "[loss]
     const PolicyLoss pl = policy_loss(logp, logp.clone(), torch::randn({50}), torch::ones({50}), idx, o);
     CHECK((pl.ratio - 1).abs().max().item<float>() == 0.0f);
   }
+}
+
+TEST_CASE("every numerics fixture holds its cases (the loops above cannot pass vacuously)", "[loss]") {
+  CHECK(test::load_fixture("policy_loss.json")["cases"].size() >= 7);
+  CHECK(test::load_fixture("kl.json")["cases"].size() >= 6);
+  CHECK(test::load_fixture("entropy.json")["cases"].size() >= 4);
+  CHECK(test::load_fixture("advantage.json")["cases"].size() >= 8);
+  CHECK(test::load_fixture("metrics.json")["cases"].size() >= 5);
 }
