@@ -46,12 +46,32 @@ struct BenchCommArgs {
 };
 int run_bench_comm(const BenchCommArgs& args, int rank, int world);
 
+struct BenchStepArgs {
+  std::string config_path = "configs/unified.yaml";
+  std::vector<std::string> overrides;
+  std::string track = "image";
+  int64_t repeats = 3;
+  int threads = 1;
+};
+int run_bench_step(const BenchStepArgs& args, int argc, char** argv);
+
 struct TrainArgs {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
 };
 int run_train(const TrainArgs& args, int argc, char** argv);
+int run_pretrain_flow(const TrainArgs& args, int argc, char** argv);
+
+struct GenerateArgs {
+  std::string checkpoint;
+  std::vector<std::string> prompts;
+  int64_t samples = 1;
+  double temperature = -1;  // < 0: the recipe's
+  int64_t max_new_tokens = 0;  // 0: the recipe's
+  uint64_t seed = 0;
+};
+int run_generate(const GenerateArgs& args);
 
 int run_ckpt_info(const std::string& path);
 int run_ckpt_export_hf(const std::string& path, const std::string& out);

@@ -56,6 +56,20 @@ int main(int argc, char** argv) {
   train->add_option("--set", train_args.overrides, "override a recipe key: --set run.steps=10")->take_all();
   train->add_option("--resume", train_args.resume, "auto (latest checkpoint of the run, if any) or a checkpoint dir");
 
+  tandem::app::TrainArgs pretrain_args;
+  CLI::App* pretrain = app.add_subcommand("pretrain-flow", "rectified-flow pretraining of the image policy");
+  pretrain->add_option("--config,-c", pretrain_args.config_path, "recipe YAML")->required();
+  pretrain->add_option("--set", pretrain_args.overrides, "override a recipe key")->take_all();
+
+  tandem::app::GenerateArgs gen_args;
+  CLI::App* gen = app.add_subcommand("generate", "sample from a trained AR policy");
+  gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory")->required();
+  gen->add_option("--prompt", gen_args.prompts, "prompt text (repeatable)")->required();
+  gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::PositiveNumber);
+  gen->add_option("--temperature", gen_args.temperature, "sampling temperature (default: the recipe's)");
+  gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
+  gen->add_option("--seed", gen_args.seed, "sampling seed");
+
   std::string ckpt_path, export_out;
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
   ckpt->require_subcommand(1);
@@ -105,6 +119,14 @@ int main(int argc, char** argv) {
   bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")->check(CLI::PositiveNumber);
   bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")->check(CLI::PositiveNumber);
 
+  tandem::app::BenchStepArgs step_args;
+  CLI::App* bench_step = bench->add_subcommand("step", "one track's training throughput at micro sizes 1, 2, 4, 8");
+  bench_step->add_option("--track", step_args.track, "ar or image")->check(CLI::IsMember({"ar", "image"}));
+  bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
+  bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
+  bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);
+  bench_step->add_option("--threads", step_args.threads, "intra-op threads")->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -114,8 +136,11 @@ int main(int argc, char** argv) {
   try {
     if (*check) return run_check_config(check_args, check_world);
     if (*train) return tandem::app::run_train(train_args, argc, argv);
+    if (*pretrain) return tandem::app::run_pretrain_flow(pretrain_args, argc, argv);
+    if (*gen) return tandem::app::run_generate(gen_args);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
     if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
+    if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
     if (*bench_rollout) return tandem::app::run_bench_rollout(roll);
     if (*bench_comm) {
