@@ -1,6 +1,8 @@
 // `tandem pretrain-flow`: rectified-flow pretraining of the image policy alone (dp over ranks),
 // writing weights, the loss curve and a sample grid to tracks.image.pretrain.path (default
 // <run dir>/pretrain), where `tandem train` then picks the weights up.
+#include <spdlog/spdlog.h>
+
 #include <iostream>
 
 #include "apps/commands.h"
@@ -25,6 +27,7 @@ int run_pretrain_flow(const TrainArgs& args, int argc, char** argv) {
     parallel::ProcessGroups groups(MPI_COMM_WORLD, dims);
     auto world = parallel::make_mpi_communicator(groups, parallel::Axis::kWorld, config.parallel.timeout_s);
     torch::set_num_threads(1);
+    if (mpi.rank() != 0) spdlog::set_level(spdlog::level::warn);  // one progress log, from rank 0
     const ImageModelConfig& m = config.tracks.image.model;
     models::DitConfig dc{m.image_size, m.channels, m.patch_size, m.hidden_size, m.num_layers, m.num_heads, m.num_classes};
     torch::manual_seed(static_cast<uint64_t>(config.run.seed) + 17);  // as the image track initialises it

@@ -12,6 +12,7 @@
 #include "core/advantage.h"
 #include "core/error.h"
 #include "core/rewards/reward_factory.h"
+#include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
@@ -37,6 +38,16 @@ std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
 }
 
 }  // namespace
+
+std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& d, int64_t seed) {
+  std::optional<tasks::SyntheticOptions> synthetic;
+  if (auto task = tasks::synthetic_task_from_name(d.task); task && (d.min_digits || d.max_digits)) {
+    synthetic = tasks::default_synthetic_options(*task);
+    if (d.min_digits) synthetic->min_digits = *d.min_digits;
+    if (d.max_digits) synthetic->max_digits = *d.max_digits;
+  }
+  return tasks::make_prompt_source(d.task, d.path, d.prompt_key, d.answer_key, d.shuffle, seed, synthetic);
+}
 
 ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype)
     : config_(config), comms_(comms), device_(device), dtype_(dtype) {
@@ -67,8 +78,7 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
     reference_ = std::make_unique<LlamaPolicy>(ref);
   }
   policy_ = std::make_unique<LlamaPolicy>(model);
-  prompts_ = tasks::make_prompt_source(ar.data.task, ar.data.path, ar.data.prompt_key, ar.data.answer_key,
-                                       ar.data.shuffle, config.run.seed);
+  prompts_ = make_ar_prompts(ar.data, config.run.seed);
   reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
   geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
   update_.policy.clip_low = ar.algo.clip_low;

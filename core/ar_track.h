@@ -17,6 +17,9 @@
 
 namespace tandem {
 
+// The task's prompt stream for `seed`, with the recipe's digit range for synthetic tasks.
+std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& data, int64_t seed);
+
 class ArTrack final : public Track {
  public:
   ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype);

@@ -13,8 +13,7 @@ double ArTrack::warmstart() {
   const ArTrackConfig& ar = config_.tracks.ar;
   const ArWarmstartConfig& w = ar.warmstart;
   if (w.steps == 0) return 0;
-  auto source = tasks::make_prompt_source(ar.data.task, ar.data.path, ar.data.prompt_key, ar.data.answer_key,
-                                          ar.data.shuffle, config_.run.seed + 1);
+  auto source = make_ar_prompts(ar.data, config_.run.seed + 1);
   torch::optim::AdamW opt(policy_->parameters(), torch::optim::AdamWOptions(w.lr));
   double loss_value = 0;
   for (int64_t step = 0; step < w.steps; ++step) {

@@ -131,6 +131,8 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   require(ar.tokenizer.kind != TokenizerKind::kChar || !ar.tokenizer.alphabet.empty(),
           "tracks.ar.tokenizer.alphabet", "must not be empty for the char tokenizer");
   require(ar.data.task != "jsonl" || ar.data.path, "tracks.ar.data.path", "required when data.task is jsonl");
+  require(!ar.data.min_digits || !ar.data.max_digits || *ar.data.min_digits <= *ar.data.max_digits,
+          "tracks.ar.data.min_digits", "must not exceed max_digits");
   const auto& names = ar_reward_names();
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           "'" + ar.reward.kind + "' is not a built-in AR reward (exact_match|partial_match|math_answer|command)");

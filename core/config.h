@@ -85,6 +85,9 @@ struct ArDataConfig {
   std::string prompt_key = "prompt";
   std::string answer_key = "answer";
   bool shuffle = true;
+  // Digit counts of the built-in synthetic tasks (null: the task's default range).
+  std::optional<int64_t> min_digits;
+  std::optional<int64_t> max_digits;
 };
 
 struct ArRolloutConfig {

@@ -97,6 +97,8 @@ template <class V> void visit(V& v, ArDataConfig& c) {
   v.field("prompt_key", c.prompt_key);
   v.field("answer_key", c.answer_key);
   v.field("shuffle", c.shuffle);
+  v.field("min_digits", c.min_digits, closed(1, 9));
+  v.field("max_digits", c.max_digits, closed(1, 9));
 }
 
 template <class V> void visit(V& v, ArRolloutConfig& c) {

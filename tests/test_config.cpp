@@ -135,3 +135,9 @@ TEST_CASE("layout is checked against the world size", "[config]") {
              })(),
              Catch::Contains("not divisible by parallel.tp=3"));
 }
+
+TEST_CASE("synthetic task digit range keys", "[config]") {
+  CHECK(*load("tracks: {ar: {data: {max_digits: 4}}}").tracks.ar.data.max_digits == 4);
+  CHECK_THAT(error_of("tracks: {ar: {data: {max_digits: 12}}}"), Catch::Contains("tracks.ar.data.max_digits: 12"));
+  CHECK_THAT(error_of("tracks: {ar: {data: {min_digits: 5, max_digits: 3}}}"), Catch::Contains("must not exceed"));
+}
