@@ -28,16 +28,24 @@ int run_bench_comm(const BenchCommArgs& a, int rank, int world) {
     std::vector<float> raw(static_cast<size_t>(n), 1.0f);
     const int iters = std::max<int>(3, static_cast<int>(a.iters * 16 / std::max<int64_t>(mib, 16)));
     std::vector<double> tensor_s, raw_s;
-    for (int it = -1; it < iters; ++it) {  // it = -1: warm-up
+    auto time_tensor = [&] {
       MPI_Barrier(MPI_COMM_WORLD);
-      auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = std::chrono::steady_clock::now();
       comm->all_reduce(t);
-      const double dt_tensor = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    auto time_raw = [&] {
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = std::chrono::steady_clock::now();
+      const auto t0 = std::chrono::steady_clock::now();
       MPI_Allreduce(MPI_IN_PLACE, raw.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      const double dt_raw = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    for (int it = -1; it < iters; ++it) {  // it = -1: warm-up; the order alternates so neither path
+      double dt_tensor, dt_raw;            // always runs second (warmer caches)
+      if (it % 2 == 0) dt_tensor = time_tensor(), dt_raw = time_raw();
+      else dt_raw = time_raw(), dt_tensor = time_tensor();
       if (it >= 0) tensor_s.push_back(dt_tensor), raw_s.push_back(dt_raw);
+      t.fill_(1), std::fill(raw.begin(), raw.end(), 1.0f);  // keep values finite and equal
     }
     // Bus bandwidth: what each rank moves in a ring all-reduce, 2 (n-1)/n times the buffer.
     const double bytes = static_cast<double>(n) * 4.0;
