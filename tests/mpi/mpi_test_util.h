@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "parallel/communicator.h"
+#include "parallel/parallel_context.h"
+#include "parallel/process_groups.h"
 
 namespace tandem::test {
 
@@ -34,5 +36,23 @@ inline std::unique_ptr<parallel::Communicator> block_communicator(int size, doub
   MPI_Comm_free(&c);
   return comm;
 }
+
+struct Layout {
+  int64_t tp = 1, cp = 1;
+};
+
+// Communicators of one {dp, cp, tp} layout over the whole world, and the model's context.
+struct Groups {
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  std::unique_ptr<parallel::Communicator> tp, cp;
+  parallel::ParallelContext ctx;
+  explicit Groups(Layout l) {
+    const auto dims = parallel::ParallelDims::resolve(-1, l.cp, l.tp, world_size());
+    groups = std::make_unique<parallel::ProcessGroups>(MPI_COMM_WORLD, dims);
+    tp = parallel::make_mpi_communicator(*groups, parallel::Axis::kTp, 60);
+    cp = parallel::make_mpi_communicator(*groups, parallel::Axis::kCp, 60);
+    ctx = parallel::ParallelContext::from(tp.get(), cp.get());
+  }
+};
 
 }  // namespace tandem::test

@@ -13,23 +13,8 @@ using namespace tandem;
 
 namespace {
 
-struct Layout {
-  int64_t tp = 1, cp = 1;
-};
-
-// Communicators of one {dp, cp, tp} layout over the whole world, and the model's context.
-struct Groups {
-  std::unique_ptr<parallel::ProcessGroups> groups;
-  std::unique_ptr<parallel::Communicator> tp, cp;
-  parallel::ParallelContext ctx;
-  explicit Groups(Layout l) {
-    const auto dims = parallel::ParallelDims::resolve(-1, l.cp, l.tp, test::world_size());
-    groups = std::make_unique<parallel::ProcessGroups>(MPI_COMM_WORLD, dims);
-    tp = parallel::make_mpi_communicator(*groups, parallel::Axis::kTp, 60);
-    cp = parallel::make_mpi_communicator(*groups, parallel::Axis::kCp, 60);
-    ctx = parallel::ParallelContext::from(tp.get(), cp.get());
-  }
-};
+using test::Groups;
+using test::Layout;
 
 // Splits over 4 tp ranks (8 heads over 4 kv heads, GQA) with an uneven vocab and MLP.
 models::LlamaConfig config() {
