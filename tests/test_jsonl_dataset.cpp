@@ -1,6 +1,8 @@
 // The jsonl prompt dataset (strict loading, file:line errors) and the prompt-source factory.
 #include <catch2/catch.hpp>
 
+#include "fixtures.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,19 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A private directory per test case; ctest runs test cases as parallel processes.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("tandem_jsonl_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// A private directory per test case (test::TempDir) with a file writer.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("tandem_jsonl") {}
+  const fs::path path{str()};
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path / name, std::ios::binary) << text;
     return (path / name).string();

@@ -3,6 +3,8 @@
 // names the sample, fast, with the child killed and reaped.
 #include <catch2/catch.hpp>
 
+#include "fixtures.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,18 +24,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("tandem_reward_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// A private directory per test case (test::TempDir) with a script writer.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("tandem_reward") {}
+  const fs::path path{str()};
   // Returns the command that runs `script` with sh.
   std::string script(const std::string& name, const std::string& text) const {
     std::ofstream(path / name) << text;
