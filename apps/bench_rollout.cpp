@@ -11,7 +11,9 @@
 #include <iostream>
 #include <random>
 
+#include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "core/blas_kernel.h"
 #include "core/error.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
@@ -20,23 +22,7 @@ namespace tandem::app {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr double kTwoPi = 6.283185307179586;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Best-of-several 512x512 float32 matmul rate: what this machine's BLAS delivers right now.
-double gemm_gflops() {
-  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
-  torch::Tensor c = torch::matmul(a, b);  // warm-up
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 10; ++i) c = torch::matmul(a, b);
-    best = std::min(best, seconds_since(t0) / 10);
-  }
-  return 2.0 * 512 * 512 * 512 / best / 1e9;
-}
 
 struct Timed {
   std::vector<models::Generation> gens;
@@ -141,6 +127,7 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
 
   nlohmann::json out;
   out["threads"] = torch::get_num_threads();
+  out["blas"] = blas_description();
   out["gemm512_f32_gflops"] = gemm_gflops();
   out["dtype"] = a.dtype;
   out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers},

@@ -5,7 +5,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "core/blas_kernel.h"
 #include "core/ar_track.h"
 #include "core/error.h"
 #include "core/image_track.h"
@@ -14,16 +16,6 @@
 
 namespace tandem::app {
 
-namespace {
-double gemm_gflops() {  // BLAS speed differs per machine: print it beside the figures
-  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
-  torch::mm(a, b);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10; ++i) torch::mm(a, b);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return 10 * 2.0 * 512 * 512 * 512 / s / 1e9;
-}
-}  // namespace
 
 int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
@@ -44,6 +36,7 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   nlohmann::json out;
   out["track"] = a.track;
   out["threads"] = torch::get_num_threads();
+  out["blas"] = blas_description();
   out["gemm_gflops"] = gemm_gflops();
   for (int64_t mbs : {1, 2, 4, 8}) {
     Config c = config;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,16 @@ struct BenchStepArgs {
   int threads = 1;
 };
 int run_bench_step(const BenchStepArgs& args, int argc, char** argv);
+
+struct BenchTrainArgs {
+  std::string lengths_path;
+  int64_t hidden = 128, layers = 2, heads = 4, kv_heads = 0, ffn = 0, vocab = 16;  // 0: heads / ~8/3 hidden
+  std::string layout = "packed";
+  std::optional<int64_t> micro_batch_size, max_tokens_per_micro;  // neither: one micro of everything
+  int threads = 0;  // 0: every CPU this process may use
+  int64_t steps = 5, warmup = 2, seed = 0;
+};
+int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 
 struct TrainArgs {
   std::string config_path;

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "core/blas_kernel.h"
 #include "core/config.h"
 #include "parallel/runtime.h"
 
@@ -40,6 +41,7 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tandem::select_blas_kernel(argv);  // may re-execute this process once; before any thread starts
   CLI::App app{"tandem: native GRPO / FlowGRPO post-training engine"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
@@ -127,6 +129,29 @@ int main(int argc, char** argv) {
   bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);
   bench_step->add_option("--threads", step_args.threads, "intra-op threads")->check(CLI::PositiveNumber);
 
+  tandem::app::BenchTrainArgs train_bench;
+  CLI::App* bench_train = bench->add_subcommand(
+      "train", "one GRPO training step on a stated workload: tokens/s, fwd/bwd/opt split, FLOPs, MFU");
+  bench_train->add_option("--lengths", train_bench.lengths_path, "file with one sequence length per line")->required();
+  bench_train->add_option("--hidden", train_bench.hidden, "hidden size")->check(CLI::PositiveNumber);
+  bench_train->add_option("--layers", train_bench.layers, "decoder layers")->check(CLI::PositiveNumber);
+  bench_train->add_option("--heads", train_bench.heads, "attention heads")->check(CLI::PositiveNumber);
+  bench_train->add_option("--kv-heads", train_bench.kv_heads, "kv heads (default: --heads)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--ffn", train_bench.ffn, "MLP intermediate size (default ~8/3 hidden)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--vocab", train_bench.vocab, "vocabulary size")->check(CLI::PositiveNumber);
+  bench_train->add_option("--layout", train_bench.layout, "packed, padded or auto")
+      ->check(CLI::IsMember({"packed", "padded", "auto"}));
+  auto* train_mbs = bench_train->add_option("--micro-batch-size", train_bench.micro_batch_size, "rows per micro")
+                        ->check(CLI::PositiveNumber);
+  bench_train->add_option("--max-tokens-per-micro", train_bench.max_tokens_per_micro, "token budget per micro")
+      ->check(CLI::PositiveNumber)
+      ->excludes(train_mbs);
+  bench_train->add_option("--threads", train_bench.threads, "intra-op threads (default: every CPU this process may use)")
+      ->check(CLI::PositiveNumber);
+  bench_train->add_option("--steps", train_bench.steps, "timed steps (median)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  bench_train->add_option("--seed", train_bench.seed, "weights and tokens seed")->check(CLI::NonNegativeNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -141,6 +166,7 @@ int main(int argc, char** argv) {
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
     if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
+    if (*bench_train) return tandem::app::run_bench_train(train_bench, argc, argv);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
     if (*bench_rollout) return tandem::app::run_bench_rollout(roll);
     if (*bench_comm) {

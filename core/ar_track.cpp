@@ -89,7 +89,6 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   update_.kl_coef = ar.algo.kl.coef;
   update_.kl_estimator = ar.algo.kl.estimator;
   update_.entropy_coef = ar.algo.entropy_coef;
-  update_.packed = true;
   update_.dtype = dtype;
   update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
   update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
@@ -241,11 +240,18 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
   so.micro_batch_size = geometry_.micro_batch_size;
   so.max_tokens_per_micro = geometry_.max_tokens_per_micro;
   so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
+  // cp shards packed micros only; tp and dp take either layout.
+  so.layout = comms_.model_cp != nullptr && comms_.model_cp->size() > 1 ? BatchLayout::kPacked : ar.layout;
   schedule_ = build_schedule(directory_.costs, so);
   mine_ = exchange_samples(local, directory_, destinations(schedule_, directory_.ids.size()), *comms_.dp);
   const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
   metrics["schedule/balance"] = ss.balance;
   metrics["schedule/micros"] = static_cast<double>(ss.micros);
+  double padded = 0;
+  for (const auto& mini : schedule_.minis)
+    for (const auto& rank : mini.ranks)
+      for (const auto& micro : rank.micros) padded += micro.padded ? 1 : 0;
+  metrics["schedule/padded_micros"] = padded;
   metrics["time/exchange_s"] = seconds_since(t0);
 
   const auto t1 = std::chrono::steady_clock::now();
@@ -277,11 +283,19 @@ std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(LlamaPolicy& pol
   for (const auto& mini : schedule_.minis) {
     out.emplace_back();
     for (const auto& micro : mini.ranks[dp_rank_].micros) {
-      const PackedBatch b = collate_packed(micro_samples(micro), micro.denominators, dtype_);
-      const auto o = policy.forward_packed(b, metrics != nullptr);
+      // The training forward's own layout, so the first update's ratio is exactly 1.
+      PolicyModel::Output o;
+      torch::Tensor loss_mask;  // (N) or (B, T)
+      if (micro.padded) {
+        const PaddedBatch b = collate_padded(micro_samples(micro), micro.denominators, dtype_);
+        o = policy.forward_padded(b, metrics != nullptr), loss_mask = b.loss_mask;
+      } else {
+        const PackedBatch b = collate_packed(micro_samples(micro), micro.denominators, dtype_);
+        o = policy.forward_packed(b, metrics != nullptr), loss_mask = b.loss_mask;
+      }
       out.back().push_back(o.logp.detach());
       if (metrics && o.entropy.defined()) {
-        const torch::Tensor m = b.loss_mask.to(o.entropy.device()) != 0;
+        const torch::Tensor m = loss_mask.to(o.entropy.device()) != 0;
         ent_sum += o.entropy.masked_select(m).sum().item<double>();
         tokens += m.sum().item<double>();
       }
@@ -303,6 +317,7 @@ void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
   for (size_t k = 0; k < micros.size(); ++k) {
     const torch::Tensor old = old_logp_.empty() ? torch::Tensor() : old_logp_[mini][k];
     const torch::Tensor ref = ref_logp_.empty() ? torch::Tensor() : ref_logp_[mini][k];
+    o.packed = !micros[k].padded;
     MicroOutcome m = train_micro(*policy_, micro_samples(micros[k]), micros[k].denominators, o, old, ref);
     if (mini == 0) metrics["pg/first_ratio_max_dev"] = std::max(metrics["pg/first_ratio_max_dev"], m.ratio_max_dev);
     outcome_ += m;

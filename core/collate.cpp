@@ -80,29 +80,35 @@ PaddedBatch collate_padded(const std::vector<const ArSample*>& samples, const Lo
   const int64_t b = static_cast<int64_t>(samples.size());
   int64_t t = 0;
   for (const ArSample* s : samples) t = std::max(t, s->length());
-  PaddedBatch p;
-  p.input_ids = torch::zeros({b, t}, torch::kInt64);
-  p.position_ids = torch::zeros({b, t}, torch::kInt64);
-  p.attention_mask = torch::zeros({b, t}, torch::kBool);
-  p.lengths = torch::zeros({b}, torch::kInt64);
-  p.targets = torch::zeros({b, t}, torch::kInt64);
-  p.loss_mask = torch::zeros({b, t}, dtype);
-  p.advantages = torch::zeros({b, t}, dtype);
-  p.rollout_logp = torch::zeros({b, t}, dtype);
+  // Host rows first, one tensor per field: per-row tensor ops would cost ~10 dispatches a row.
+  const size_t cells = static_cast<size_t>(b * t);
+  std::vector<int64_t> ids(cells, 0), pos(cells, 0), targets(cells, 0), lengths(static_cast<size_t>(b));
+  std::vector<uint8_t> valid(cells, 0);
+  std::vector<double> mask(cells, 0.0), adv(cells, 0.0), logp(cells, 0.0);
   for (int64_t i = 0; i < b; ++i) {
     const ArSample& s = *samples[i];
     const int64_t n = s.length();
-    p.lengths[i] = n;
+    lengths[i] = n;
     if (n == 0) continue;
     const SequenceRows r = sequence_rows(s);
-    p.input_ids[i].slice(0, 0, n).copy_(ints(s.tokens));
-    p.position_ids[i].slice(0, 0, n).copy_(ints(r.positions));
-    p.attention_mask[i].slice(0, 0, n).fill_(true);
-    p.targets[i].slice(0, 0, n).copy_(ints(r.targets));
-    p.loss_mask[i].slice(0, 0, n).copy_(floats(r.mask, dtype));
-    p.advantages[i].slice(0, 0, n).copy_(floats(r.adv, dtype));
-    p.rollout_logp[i].slice(0, 0, n).copy_(floats(r.logp, dtype));
+    const size_t o = static_cast<size_t>(i * t);
+    std::copy(s.tokens.begin(), s.tokens.end(), ids.begin() + o);
+    std::copy(r.positions.begin(), r.positions.end(), pos.begin() + o);
+    std::fill_n(valid.begin() + o, n, 1);
+    std::copy(r.targets.begin(), r.targets.end(), targets.begin() + o);
+    std::copy(r.mask.begin(), r.mask.end(), mask.begin() + o);
+    std::copy(r.adv.begin(), r.adv.end(), adv.begin() + o);
+    std::copy(r.logp.begin(), r.logp.end(), logp.begin() + o);
   }
+  PaddedBatch p;
+  p.input_ids = ints(ids).view({b, t});
+  p.position_ids = ints(pos).view({b, t});
+  p.attention_mask = torch::tensor(valid, torch::kUInt8).to(torch::kBool).view({b, t});
+  p.lengths = ints(lengths);
+  p.targets = ints(targets).view({b, t});
+  p.loss_mask = floats(mask, dtype).view({b, t});
+  p.advantages = floats(adv, dtype).view({b, t});
+  p.rollout_logp = floats(logp, dtype).view({b, t});
   p.denominators = denominators;
   return p;
 }

@@ -22,6 +22,7 @@ struct RunConfig {
   int64_t keep_last = 3;    // 0: keep every checkpoint
   DType dtype = DType::kFloat32;
   Device device = Device::kAuto;
+  int64_t threads = 0;  // intra-op (and BLAS) threads per rank; 0: the rank's share of its CPUs
 };
 
 struct ParallelConfig {
@@ -137,6 +138,8 @@ struct ArTrackConfig {
   std::optional<int64_t> micro_batch_size;
   std::optional<int64_t> max_tokens_per_micro;
   std::optional<LossAggMode> loss_agg_mode;
+  // packed THD or padded (B, T) micros; auto lets the schedule pick per micro (same numerics).
+  BatchLayout layout = BatchLayout::kAuto;
   ArModelConfig model;
   TokenizerConfig tokenizer;
   ArDataConfig data;

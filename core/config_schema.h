@@ -36,6 +36,7 @@ template <class V> void visit(V& v, RunConfig& c) {
   v.field("keep_last", c.keep_last, at_least(0, "0 keeps every checkpoint"));
   v.field("dtype", c.dtype);
   v.field("device", c.device);
+  v.field("threads", c.threads, at_least(0, "0 gives each rank its share of the CPUs it may use"));
 }
 
 template <class V> void visit(V& v, ParallelConfig& c) {
@@ -145,6 +146,7 @@ template <class V> void visit(V& v, ArTrackConfig& c) {
   v.field("micro_batch_size", c.micro_batch_size, at_least(1));
   v.field("max_tokens_per_micro", c.max_tokens_per_micro, at_least(1));
   v.field("loss_agg_mode", c.loss_agg_mode);
+  v.field("layout", c.layout);
   v.section("model", c.model);
   v.section("tokenizer", c.tokenizer);
   v.section("data", c.data);

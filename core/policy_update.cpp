@@ -3,6 +3,7 @@
 #include "core/policy_update.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "parallel/gradient_reduction.h"
@@ -19,6 +20,8 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
   entropy_sum += o.entropy_sum;
   samples += o.samples;
   ratio_max_dev = std::max(ratio_max_dev, o.ratio_max_dev);
+  forward_s += o.forward_s;
+  backward_s += o.backward_s;
   zero_denominator = zero_denominator || o.zero_denominator;
   return *this;
 }
@@ -26,6 +29,7 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
 MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
                          const LossDenominators& denominators, const UpdateOptions& o, const torch::Tensor& old_logp,
                          const torch::Tensor& ref_logp) {
+  const auto t0 = std::chrono::steady_clock::now();
   const bool want_entropy = o.entropy_coef != 0 || o.report_entropy;
   torch::Tensor logp, entropy, mask, adv, old, seq_index;  // all (T) flat
   if (o.packed) {
@@ -63,7 +67,9 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
     out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
   }
   const AggregatedLoss agg = aggregate_loss(per_token, mask, seq_index, o.loss_agg_mode, denominators);
+  const auto t1 = std::chrono::steady_clock::now();
   if (agg.loss.requires_grad()) (o.loss_weight == 1 ? agg.loss : agg.loss * o.loss_weight).backward();
+  const auto t2 = std::chrono::steady_clock::now();
   out.loss = agg.loss.item<double>();
   out.zero_denominator = agg.zero_denominator;
   out.stats = policy_stats(pl, logp, old, mask);
@@ -72,6 +78,8 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   if (m.any().item<bool>())
     out.ratio_max_dev = (pl.ratio.detach() - 1).abs().masked_select(m).max().item<double>();
   out.samples = static_cast<double>(samples.size());
+  out.forward_s = std::chrono::duration<double>(t1 - t0).count();
+  out.backward_s = std::chrono::duration<double>(t2 - t1).count();
   return out;
 }
 

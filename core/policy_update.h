@@ -48,6 +48,8 @@ struct MicroOutcome {
   double entropy_sum = 0;    // sum over action tokens of the entropy
   double samples = 0;
   double ratio_max_dev = 0;  // max over action tokens of |ratio - 1| (a max, not a sum)
+  double forward_s = 0;      // wall time of collate, forward and loss (timing only)
+  double backward_s = 0;     // wall time of the backward
   bool zero_denominator = false;
   MicroOutcome& operator+=(const MicroOutcome& o);
 };

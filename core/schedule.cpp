@@ -59,11 +59,25 @@ std::vector<MicroBatch> make_micros(const std::vector<SampleCost>& samples, std:
       m.tokens += samples[i].tokens;
       m.action_tokens += samples[i].action_tokens;
       m.action_seqs += samples[i].action_tokens > 0 ? 1 : 0;
+      m.max_tokens = std::max(m.max_tokens, samples[i].tokens);
     }
+    m.padded = o.layout == BatchLayout::kPadded ||
+               (o.layout == BatchLayout::kAuto &&
+                micro_prefers_padded(static_cast<int64_t>(m.samples.size()), m.max_tokens, m.tokens, o));
     micros.push_back(std::move(m));
   }
   return micros;
 }
+
+}  // namespace
+
+bool micro_prefers_padded(int64_t rows, int64_t max_tokens, int64_t tokens, const ScheduleOptions& o) {
+  const int64_t padded = rows * max_tokens;
+  if (padded == 0 || (o.max_tokens_per_micro && padded > *o.max_tokens_per_micro)) return false;
+  return static_cast<double>(padded - tokens) <= kAutoPaddedMaxWaste * static_cast<double>(padded);
+}
+
+namespace {
 
 void check_options(const std::vector<SampleCost>& samples, const ScheduleOptions& o) {
   if (o.dp < 1) throw UserError("schedule: dp must be >= 1, got " + std::to_string(o.dp));

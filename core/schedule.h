@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/denominators.h"
+#include "core/enums.h"
 
 namespace tandem {
 
@@ -33,13 +34,22 @@ struct ScheduleOptions {
   double attn_coef = 1.0 / (12.0 * 4096.0);
   double l_norm = 1;  // copied into every mini's denominators
   bool refine_balance = true;  // local search after Karmarkar-Karp (false: plain KK, a baseline)
+  BatchLayout layout = BatchLayout::kPacked;  // auto: each micro as micro_prefers_padded says
 };
+
+// auto picks the padded (B, T_max) layout for a micro when its padding is at most this fraction
+// of the padded tokens (and, under a token budget, B * T_max fits the budget): padded then does
+// the same arithmetic as packed with fewer gathers (README, "bench train").
+inline constexpr double kAutoPaddedMaxWaste = 0.0;
+bool micro_prefers_padded(int64_t rows, int64_t max_tokens, int64_t tokens, const ScheduleOptions& options);
 
 struct MicroBatch {
   std::vector<int64_t> samples;  // rollout indices, ascending
   int64_t tokens = 0;
   int64_t action_tokens = 0;     // this micro's share of N_tok
   int64_t action_seqs = 0;       // this micro's share of N_seq
+  int64_t max_tokens = 0;        // its longest sample (the padded layout's T)
+  bool padded = false;           // collate as (B, T_max) instead of packed THD
   LossDenominators denominators; // the whole mini-batch's
 };
 

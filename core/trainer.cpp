@@ -17,7 +17,9 @@
 
 #include "core/ar_track.h"
 #include "core/image_track.h"
+#include "core/blas_kernel.h"
 #include "core/checkpoint.h"
+#include "core/cpu_threads.h"
 #include "core/error.h"
 #include "core/lr_schedule.h"
 #include "core/policy_update.h"
@@ -119,11 +121,14 @@ struct Trainer::Impl {
     }
     dtype = config.run.dtype == DType::kFloat64 ? torch::kFloat64
             : config.run.dtype == DType::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int threads = std::max<int>(1, hw / static_cast<int>(std::max<int64_t>(1, options.local_ranks)));
-    torch::set_num_threads(threads);
-    spdlog::info("tandem: {} | device {} | dtype {} | {} intra-op threads per rank", dims.to_string(),
-                 device.str(), to_string(config.run.dtype), threads);
+    // Set deliberately: under mpirun LibTorch would start one thread per rank (or per core).
+    // With OpenBLAS's OpenMP build this also sizes the BLAS pool (it follows omp_get_max_threads).
+    const CpuBudget cpus = cpu_budget();
+    const int64_t threads = config.run.threads > 0 ? config.run.threads : intra_op_threads(cpus, options.local_ranks);
+    torch::set_num_threads(static_cast<int>(threads));
+    spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {}",
+                 dims.to_string(), device.str(), to_string(config.run.dtype), options.local_ranks, describe(cpus),
+                 torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description());
   }
 
   void build_tracks() {

@@ -86,6 +86,23 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   return torch::linear(copy_to_tp(x, tp_), weight, bias);  // (..., out_local)
 }
 
+std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
+                                                 const std::vector<const ColumnParallelLinearImpl*>& layers) {
+  TORCH_CHECK(!layers.empty(), "fused_column_parallel: no layers");
+  std::vector<torch::Tensor> weights, biases;
+  std::vector<int64_t> sizes;
+  for (const auto* l : layers) {
+    TORCH_CHECK(l->tp() == layers[0]->tp() && l->bias.defined() == layers[0]->bias.defined(),
+                "fused_column_parallel: layers differ in tp group or bias");
+    weights.push_back(l->weight);
+    if (l->bias.defined()) biases.push_back(l->bias);
+    sizes.push_back(l->weight.size(0));
+  }
+  const torch::Tensor w = torch::cat(weights, 0);                                  // (sum out_local, in)
+  const torch::Tensor b = biases.empty() ? torch::Tensor() : torch::cat(biases, 0);  // (sum out_local)
+  return torch::linear(copy_to_tp(x, layers[0]->tp()), w, b).split_with_sizes(sizes, -1);
+}
+
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, const ParallelContext& ctx,
                                              int64_t split_unit)
     : in_features(in),

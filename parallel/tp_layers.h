@@ -31,11 +31,18 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   ShardRange out_range;
   torch::Tensor weight;  // (out_local, in)
   torch::Tensor bias;    // (out_local), undefined without bias
+  Communicator* tp() const { return tp_; }
 
  private:
   Communicator* tp_;
 };
 TORCH_MODULE(ColumnParallelLinear);
+
+// Several column-parallel projections of one input (same tp group; all with a bias or none) as
+// one GEMM over their concatenated local weights, split back: (..., in) -> each (..., out_local).
+// One larger GEMM runs faster than several small ones and reads x once in the backward.
+std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
+                                                 const std::vector<const ColumnParallelLinearImpl*>& layers);
 
 // y = x W^T + b with W's input features split over tp (rank r holds columns in_range): the
 // input is already split, (..., in_local) -> (..., out), partial products summed over tp.

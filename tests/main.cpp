@@ -1,3 +1,10 @@
-// Catch2 main for the unit-test binary.
-#define CATCH_CONFIG_MAIN
+// Catch2 main for the unit-test binary. The tests run on the BLAS kernels tandem itself runs on.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "core/blas_kernel.h"
+
+int main(int argc, char** argv) {
+  tandem::select_blas_kernel(argv);
+  return Catch::Session().run(argc, argv);
+}

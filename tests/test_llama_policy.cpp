@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/llama_policy.h"
+#include "core/schedule.h"
 #include "llama_test_util.h"
 #include "models/llama/weights.h"
 
@@ -72,4 +73,51 @@ TEST_CASE("the recipe's model block maps to LlamaConfig", "[llama][policy]") {
   CHECK(c.qkv_bias);
   CHECK(c.tie_embeddings);
   CHECK_NOTHROW(c.validate());
+}
+
+TEST_CASE("layout auto: per-micro packed / padded gives the loss and gradients of both fixed layouts (float64)",
+          "[llama][policy][layout]") {
+  // Sorted longest first in pairs: (9, 9) and (4, 4) need no padding, (6, 5) does.
+  const std::vector<std::vector<int64_t>> tokens{{1, 5, 9, 12, 40, 3, 7, 7, 7}, {8, 8, 2, 7, 7, 9},
+                                                 {4, 3, 2, 1, 9, 9, 9, 9, 9},  {11, 12, 13, 14, 15},
+                                                 {60, 61, 62, 1},              {5, 6, 7, 2}};
+  std::vector<ArSample> samples;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    samples.push_back(sample(tokens[i], 2, i % 2 ? -0.8 : 1.1, static_cast<int64_t>(i)));
+  std::vector<SampleCost> costs;
+  for (const auto& s : samples) costs.push_back({s.length(), s.action_tokens(), s.index});
+  LlamaPolicy policy(models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64), {false, true, 4});
+  UpdateOptions o;
+  o.dtype = torch::kFloat64;
+  o.loss_agg_mode = LossAggMode::kSeqMeanTokenSum;
+  const auto run = [&](BatchLayout layout, int64_t* padded_micros, int64_t* packed_micros) {
+    for (auto& p : policy.parameters()) p.mutable_grad() = torch::Tensor();
+    ScheduleOptions so;
+    so.micro_batch_size = 2;
+    so.layout = layout;
+    const Schedule sched = build_schedule(costs, so);
+    double loss = 0;
+    for (const auto& micro : sched.minis[0].ranks[0].micros) {
+      std::vector<const ArSample*> ptrs;
+      for (int64_t i : micro.samples) ptrs.push_back(&samples[static_cast<size_t>(i)]);
+      o.packed = !micro.padded;
+      ++*(micro.padded ? padded_micros : packed_micros);
+      loss += train_micro(policy, ptrs, micro.denominators, o).loss;
+    }
+    std::vector<torch::Tensor> grads;
+    for (auto& p : policy.parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss, grads);
+  };
+  int64_t auto_padded = 0, auto_packed = 0, a = 0, b = 0;
+  const auto [auto_loss, auto_grads] = run(BatchLayout::kAuto, &auto_padded, &auto_packed);
+  const auto [packed_loss, packed_grads] = run(BatchLayout::kPacked, &a, &b);
+  const auto [padded_loss, padded_grads] = run(BatchLayout::kPadded, &a, &b);
+  CHECK(auto_padded >= 1);  // the test covers both kinds of micro in one mini-batch
+  CHECK(auto_packed >= 1);
+  CHECK(auto_loss != 0);
+  for (double other : {packed_loss, padded_loss}) CHECK(std::abs(auto_loss - other) <= 1e-12 * std::abs(other));
+  double worst = 0;
+  for (size_t i = 0; i < auto_grads.size(); ++i)
+    worst = std::max({worst, test::rel_to_max(auto_grads[i], packed_grads[i]), test::rel_to_max(auto_grads[i], padded_grads[i])});
+  CHECK(worst < 1e-12);
 }

@@ -4,6 +4,10 @@
 
 namespace tandem::models {
 
+void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_t heads, torch::Device device) {
+  layout.packed_plan = plan_packed_attention(layout.segments, q_rows, k_rows, heads, device);
+}
+
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
     : head_dim_(c.head_dim()), local_heads_(c.num_heads / ctx.tp_size), local_kv_heads_(c.num_kv_heads / ctx.tp_size) {
   const int64_t d = head_dim_;
@@ -18,9 +22,10 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::Par
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv) {
   const int64_t n = x.size(0), d = head_dim_;
-  const torch::Tensor q = apply_rotary(q_proj(x).view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
-  torch::Tensor k = apply_rotary(k_proj(x).view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
-  torch::Tensor v = v_proj(x).view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
+  const auto qkv = parallel::fused_column_parallel(x, {q_proj.get(), k_proj.get(), v_proj.get()});
+  const torch::Tensor q = apply_rotary(qkv[0].view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
+  torch::Tensor k = apply_rotary(qkv[1].view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
+  torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
   torch::Tensor out;                                                                          // (N, H_l, D)
   if (kv != nullptr && layout.decode()) {
     store_decode(*kv, k, v, layout.cache_positions);
@@ -41,7 +46,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     // A prefill attends to its own fresh K/V exactly as the training forward does; the cache
     // only keeps them for the decode steps.
     if (kv != nullptr) store_prefill(*kv, k, v, layout.segments, layout.cache_slots);
-    out = packed_attention(q, k, v, layout.segments);
+    out = packed_attention(q, k, v, layout.packed_plan);
   }
   return o_proj(out.reshape({n, local_heads_ * d}));  // (N, hidden)
 }

@@ -22,6 +22,7 @@ namespace tandem::models {
 struct AttentionLayout {
   RotaryTables rotary;                          // for this rank's rows
   std::vector<AttentionSegment> segments;       // packed: segments over this rank's rows
+  PackedAttentionPlan packed_plan;              // packed: how the segments run (see plan_layout)
   const parallel::CpShard* cp_shard = nullptr;  // packed with cp > 1: K/V are gathered over cp
   parallel::Communicator* cp = nullptr;
   int64_t batch = 0, width = 0;                 // padded: rows are (B * T), B = batch, T = width
@@ -37,6 +38,10 @@ struct AttentionLayout {
   torch::Tensor cache_key_valid;     // decode: (n, S) bool, S = the longest slot after this step
   bool decode() const { return cache != nullptr && cache_positions.defined(); }
 };
+
+// Builds layout.packed_plan from layout.segments: q_rows this rank's rows, k_rows the K/V rows
+// attention sees (the whole micro under cp), heads the local query heads.
+void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_t heads, torch::Device device);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:

@@ -1,7 +1,12 @@
 // Head layout: query head h uses kv head h / G (G = H / H_kv), as HF's repeat_kv. Queries are
-// grouped per kv head into (H_kv, G * L, D) so the matmuls never expand K/V.
+// grouped per kv head into (B, H_kv, G * L, D) so the matmuls never expand K/V. Packed segments
+// are bucketed by span (longest first) and each bucket is gathered into a padded batch with
+// index_select, whose backward scatters the gradient back: a handful of batched ops per layer
+// instead of a dozen per sequence. Padded keys are masked to -inf, so they get probability
+// exactly 0 and contribute exactly 0 to outputs and gradients.
 #include "models/llama/attention_core.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -19,23 +24,26 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& b
   return torch::softmax(s, -1).to(dtype);
 }
 
-// One segment: q (L, H, D) at offsets q_offset.., k / v (S, H_kv, D) with S = q_offset + L.
-torch::Tensor segment_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                int64_t q_offset) {
-  const int64_t len = q.size(0), heads = q.size(1), dim = q.size(2), span = k.size(0), kv_heads = k.size(1);
+// q (B, L_q, H, D), k / v (B, L_k, H_kv, D), blocked broadcastable to (B, H_kv, G, L_q, L_k).
+// Returns (B, L_q, H, D).
+torch::Tensor batched_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const torch::Tensor& blocked) {
+  const int64_t b = q.size(0), lq = q.size(1), heads = q.size(2), dim = q.size(3), lk = k.size(1),
+                kv_heads = k.size(2);
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const torch::Tensor qg =  // (H_kv, G*L, D)
-      q.view({len, kv_heads, group, dim}).permute({1, 2, 0, 3}).reshape({kv_heads, group * len, dim});
-  const torch::Tensor scores =  // (H_kv, G, L, S)
-      torch::bmm(qg, k.permute({1, 2, 0})).mul(scale).view({kv_heads, group, len, span});
-  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
-  const torch::Tensor blocked =  // (L, S): key j is after query i
-      torch::arange(span, idx).unsqueeze(0) > (torch::arange(len, idx) + q_offset).unsqueeze(1);
-  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (H_kv, G, L, S)
-  const torch::Tensor out =
-      torch::bmm(probs.view({kv_heads, group * len, span}), v.permute({1, 0, 2}));  // (H_kv, G*L, D)
-  return out.view({kv_heads, group, len, dim}).permute({2, 0, 1, 3}).reshape({len, heads, dim});
+  const torch::Tensor qg =  // (B, H_kv, G*L_q, D)
+      q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b, kv_heads, group * lq, dim});
+  const torch::Tensor scores =  // (B, H_kv, G, L_q, L_k)
+      torch::matmul(qg, k.permute({0, 2, 3, 1})).mul(scale).view({b, kv_heads, group, lq, lk});
+  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (B, H_kv, G, L_q, L_k)
+  const torch::Tensor out =  // (B, H_kv, G*L_q, D)
+      torch::matmul(probs.view({b, kv_heads, group * lq, lk}), v.permute({0, 2, 1, 3}));
+  return out.view({b, kv_heads, group, lq, dim}).permute({0, 3, 1, 2, 4}).reshape({b, lq, heads, dim});
+}
+
+torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device device) {
+  return torch::tensor(values, torch::kInt64).to(device);
 }
 
 }  // namespace
@@ -49,41 +57,108 @@ std::vector<AttentionSegment> segments_from_cu_seqlens(const torch::Tensor& cu_s
   return segments;
 }
 
-torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const std::vector<AttentionSegment>& segments) {
-  std::vector<torch::Tensor> parts;
+PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows,
+                                          int64_t k_rows, int64_t heads, torch::Device device, double span_ratio) {
   int64_t row = 0;
   for (const AttentionSegment& s : segments) {
-    if (s.q_begin != row || s.k_begin + s.q_offset + s.length > k.size(0))
+    if (s.q_begin != row || s.length <= 0 || s.q_offset < 0 || s.k_begin < 0 || s.k_begin + s.q_offset + s.length > k_rows)
       throw std::invalid_argument("packed_attention: segments must cover the query rows in order within K/V");
-    const int64_t span = s.q_offset + s.length;
-    parts.push_back(segment_attention(q.narrow(0, s.q_begin, s.length), k.narrow(0, s.k_begin, span),
-                                      v.narrow(0, s.k_begin, span), s.q_offset));
     row += s.length;
   }
-  if (row != q.size(0)) throw std::invalid_argument("packed_attention: segments do not cover every query row");
-  if (parts.empty()) return torch::zeros_like(q);
-  return parts.size() == 1 ? parts[0] : torch::cat(parts, 0);  // (N, H, D)
+  if (row != q_rows) throw std::invalid_argument("packed_attention: segments do not cover every query row");
+  PackedAttentionPlan plan;
+  plan.rows = q_rows;
+  const auto span = [&](size_t i) { return segments[i].q_offset + segments[i].length; };
+  std::vector<size_t> by_span(segments.size());
+  for (size_t i = 0; i < by_span.size(); ++i) by_span[i] = i;
+  std::stable_sort(by_span.begin(), by_span.end(), [&](size_t a, size_t b) { return span(a) > span(b); });
+  std::vector<int64_t> order(static_cast<size_t>(q_rows));
+  int64_t out_row = 0;  // rows of the bucket-concatenated output so far
+  for (size_t first = 0; first < by_span.size();) {
+    // Longest first: the bucket's widths are its first segment's.
+    const int64_t lk = span(by_span[first]);
+    int64_t lq = 0;
+    size_t end = first;
+    while (end < by_span.size() && span(by_span[end]) >= span_ratio * static_cast<double>(lk)) {
+      const int64_t next_lq = std::max(lq, segments[by_span[end]].length);
+      if (end > first && static_cast<int64_t>(end - first + 1) * heads * next_lq * lk > kBucketMaxScores) break;
+      lq = next_lq, ++end;
+    }
+    PackedAttentionPlan::Bucket bucket;
+    bucket.batch = static_cast<int64_t>(end - first), bucket.q_len = lq, bucket.k_len = lk;
+    std::vector<int64_t> q_index, k_index, real_rows, offsets, spans;
+    bool dense = true;  // every segment a whole sequence of length lq, consecutive in the rows
+    for (size_t j = first; j < end; ++j) {
+      const AttentionSegment& s = segments[by_span[j]];
+      const int64_t b = static_cast<int64_t>(j - first);
+      dense = dense && s.q_offset == 0 && s.k_begin == s.q_begin && s.length == lq &&
+              s.q_begin == segments[by_span[first]].q_begin + b * lq;
+      for (int64_t i = 0; i < lq; ++i) q_index.push_back(s.q_begin + std::min(i, s.length - 1));
+      for (int64_t i = 0; i < lk; ++i) k_index.push_back(s.k_begin + std::min(i, span(by_span[j]) - 1));
+      for (int64_t i = 0; i < s.length; ++i) {
+        real_rows.push_back(b * lq + i);
+        order[static_cast<size_t>(s.q_begin + i)] = out_row++;
+      }
+      offsets.push_back(s.q_offset), spans.push_back(span(by_span[j]));
+    }
+    const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    const torch::Tensor qi = torch::arange(lq, idx).view({1, lq, 1});  // query i of a row
+    const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
+    const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}), sp = index_tensor(spans, device).view({-1, 1, 1});
+    bucket.blocked = ((kj > qi + off) | (kj >= sp)).view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
+    if (dense && lk == lq) {
+      bucket.q_start = segments[by_span[first]].q_begin;
+    } else {
+      bucket.q_index = index_tensor(q_index, device);
+      bucket.k_index = index_tensor(k_index, device);
+    }
+    if (static_cast<int64_t>(real_rows.size()) != bucket.batch * lq) bucket.real_rows = index_tensor(real_rows, device);
+    plan.buckets.push_back(std::move(bucket));
+    first = end;
+  }
+  bool identity = true;
+  for (int64_t r = 0; r < q_rows && identity; ++r) identity = order[static_cast<size_t>(r)] == r;
+  if (!identity) plan.order = index_tensor(order, device);
+  return plan;
+}
+
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const PackedAttentionPlan& plan) {
+  if (q.size(0) != plan.rows) throw std::invalid_argument("packed_attention: the plan is for another row count");
+  if (plan.buckets.empty()) return torch::zeros_like(q);
+  const int64_t heads = q.size(1), dim = q.size(2), kv_heads = k.size(1);
+  std::vector<torch::Tensor> parts;
+  for (const auto& b : plan.buckets) {
+    torch::Tensor qb, kb, vb;  // (B, L_q, H, D), (B, L_k, H_kv, D)
+    if (b.q_start >= 0) {
+      qb = q.narrow(0, b.q_start, b.batch * b.q_len).view({b.batch, b.q_len, heads, dim});
+      kb = k.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
+      vb = v.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
+    } else {
+      qb = q.index_select(0, b.q_index).view({b.batch, b.q_len, heads, dim});
+      kb = k.index_select(0, b.k_index).view({b.batch, b.k_len, kv_heads, dim});
+      vb = v.index_select(0, b.k_index).view({b.batch, b.k_len, kv_heads, dim});
+    }
+    torch::Tensor out = batched_attention(qb, kb, vb, b.blocked).reshape({b.batch * b.q_len, heads, dim});
+    parts.push_back(b.real_rows.defined() ? out.index_select(0, b.real_rows) : out);
+  }
+  torch::Tensor out = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);  // (N, H, D), bucket order
+  return plan.order.defined() ? out.index_select(0, plan.order) : out;
+}
+
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const std::vector<AttentionSegment>& segments) {
+  return packed_attention(q, k, v, plan_packed_attention(segments, q.size(0), k.size(0), q.size(1), q.device()));
 }
 
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid) {
-  const int64_t b = q.size(0), t = q.size(1), heads = q.size(2), dim = q.size(3), kv_heads = k.size(2);
-  const int64_t group = heads / kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const torch::Tensor qg =  // (B, H_kv, G*T, D)
-      q.view({b, t, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b, kv_heads, group * t, dim});
-  const torch::Tensor kt = k.permute({0, 2, 3, 1});  // (B, H_kv, D, T)
-  const torch::Tensor scores = torch::matmul(qg, kt).mul(scale).view({b, kv_heads, group, t, t});  // (B, H_kv, G, T, T)
+  const int64_t b = q.size(0), t = q.size(1);
   const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
   const torch::Tensor causal = torch::ones({t, t}, bool_opts).tril();                      // (T, T)
   const torch::Tensor self = torch::eye(t, bool_opts);                                     // (T, T)
   const torch::Tensor allowed = causal & (key_valid.view({b, 1, t}) | self.unsqueeze(0));  // (B, T, T)
-  const torch::Tensor probs =  // (B, H_kv, G, T, T)
-      masked_softmax(scores, ~allowed.view({b, 1, 1, t, t}), q.scalar_type());
-  const torch::Tensor out =  // (B, H_kv, G*T, D)
-      torch::matmul(probs.view({b, kv_heads, group * t, t}), v.permute({0, 2, 1, 3}));
-  return out.view({b, kv_heads, group, t, dim}).permute({0, 3, 1, 2, 4}).reshape({b, t, heads, dim});
+  return batched_attention(q, k, v, ~allowed.view({b, 1, 1, t, t}));                      // (B, T, H, D)
 }
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -1,5 +1,6 @@
 // Scaled dot-product attention with grouped-query heads for both layouts: block-diagonal causal
-// over packed segments (one small matmul per segment, never an (N, N) mask) and batched causal
+// over packed segments (never an (N, N) mask: segments of similar length are gathered into a few
+// batched buckets, so the op count does not grow with the number of sequences) and batched causal
 // with a key-padding mask for (B, T) batches; plus the one-query-per-sequence attention over a
 // KV cache for decoding. Softmax in float32 (float64 for float64).
 #pragma once
@@ -22,7 +23,39 @@ struct AttentionSegment {
 // One segment per sequence of cu_seqlens ((B+1) offsets; empty sequences are skipped).
 std::vector<AttentionSegment> segments_from_cu_seqlens(const torch::Tensor& cu_seqlens);
 
-// q (N, H, D); k, v (N_kv, H_kv, D); segments cover q's rows in order. Returns (N, H, D).
+// A bucket admits a segment while its key span is at least this fraction of the bucket's longest,
+// so padding costs at most 1 / ratio^2 of a bucket's attention work (and nothing elsewhere).
+inline constexpr double kBucketSpanRatio = 0.75;
+// Cap on one bucket's score elements (B * H * L_q * L_k) so long sequences never share a bucket
+// whose scores would be much larger than one sequence's.
+inline constexpr int64_t kBucketMaxScores = 32LL << 20;
+
+// How packed_attention runs a list of segments: built once per forward (host work and small index
+// tensors), shared by every layer.
+struct PackedAttentionPlan {
+  struct Bucket {
+    int64_t batch = 0, q_len = 0, k_len = 0;  // the bucket's (B, L_q, L_k)
+    int64_t q_start = -1;  // >= 0: q, k and v rows [q_start, q_start + B*L) are the bucket as is
+    torch::Tensor q_index;   // (B * L_q) int64 query rows; padding repeats a real row
+    torch::Tensor k_index;   // (B * L_k) int64 K/V rows; padding repeats a real row
+    torch::Tensor blocked;   // (B, 1, 1, L_q, L_k) bool: causal, key padding
+    torch::Tensor real_rows; // (n_b) int64 rows of the (B * L_q) output that are real; undefined: all
+  };
+  std::vector<Bucket> buckets;
+  torch::Tensor order;  // (N) int64: bucket-concatenated row of each query row; undefined: identity
+  int64_t rows = 0;     // N, the query rows the segments cover
+};
+
+// segments cover q_rows query rows in order and lie within k_rows K/V rows (std::invalid_argument
+// otherwise); heads sizes the score cap; span_ratio = 1 buckets only equal spans.
+PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows,
+                                          int64_t k_rows, int64_t heads, torch::Device device,
+                                          double span_ratio = kBucketSpanRatio);
+
+// q (N, H, D); k, v (N_kv, H_kv, D). Returns (N, H, D).
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const PackedAttentionPlan& plan);
+// The same with the plan built on the spot (tests, one-off calls).
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const std::vector<AttentionSegment>& segments);
 

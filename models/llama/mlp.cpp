@@ -1,4 +1,4 @@
-// SwiGLU MLP.
+// SwiGLU MLP; gate and up run as one GEMM.
 #include "models/llama/mlp.h"
 
 namespace tandem::models {
@@ -11,7 +11,8 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));  // (N, I_l) inside, (N, hidden) out
+  const auto gate_up = parallel::fused_column_parallel(x, {gate_proj.get(), up_proj.get()});  // (N, I_l) each
+  return down_proj(torch::silu(gate_up[0]) * gate_up[1]);                                     // (N, hidden)
 }
 
 }  // namespace tandem::models

@@ -65,6 +65,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
   } else {
     layout->segments = segments_from_cu_seqlens(in.cu_seqlens);
   }
+  const int64_t local_heads = config_.num_heads / ctx_.tp_size;
+  plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
   layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
   return model(ids, *layout);  // (n_local, hidden)
 }
@@ -154,6 +156,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache = cache;
     layout.cache_slots = slots;
   }
+  plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
   std::vector<int64_t> last;

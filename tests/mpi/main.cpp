@@ -5,7 +5,10 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "core/blas_kernel.h"
+
 int main(int argc, char** argv) {
+  tandem::select_blas_kernel(argv);  // the kernels tandem runs on
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);  // ranks share this machine's cores
   int rank = 0;

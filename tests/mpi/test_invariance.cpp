@@ -1,5 +1,5 @@
 // DESIGN section 3's invariance promise under real mpirun: loss, gradients and parameters do
-// not depend on dp size, micro size, token budget or packed vs padded, for every loss_agg_mode
+// not depend on dp size, micro size, token budget or packed vs padded (or auto, per micro), for every loss_agg_mode
 // (float64, 1e-10 relative). A control with per-micro denominators must fail the same check.
 #include <catch2/catch.hpp>
 
@@ -46,7 +46,7 @@ std::vector<ArSample> synthetic_rollout(int64_t step) {
 struct Geometry {
   std::string name;
   std::optional<int64_t> mbs, budget;
-  bool packed = true;
+  BatchLayout layout = BatchLayout::kPacked;
 };
 
 struct RunResult {
@@ -67,7 +67,6 @@ RunResult run(int dp, const Geometry& g, LossAggMode mode, bool per_micro_denomi
   torch::optim::AdamW opt(model.parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
   UpdateOptions uo;
   uo.loss_agg_mode = mode;
-  uo.packed = g.packed;
   uo.dtype = torch::kFloat64;
   uo.policy.clip_low = 0.2, uo.policy.clip_high = 0.28, uo.policy.clip_c = 3.0;
   RunResult res;
@@ -86,6 +85,7 @@ RunResult run(int dp, const Geometry& g, LossAggMode mode, bool per_micro_denomi
     ScheduleOptions so;
     so.dp = dp, so.num_mini_batches = kMinis, so.micro_batch_size = g.mbs, so.max_tokens_per_micro = g.budget;
     so.l_norm = 9;
+    so.layout = g.layout;
     const Schedule sched = build_schedule(dir.costs, so);
     const std::vector<ArSample> mine = exchange_samples(local, dir, destinations(sched, dir.ids.size()), *comm);
     auto sample_at = [&](int64_t position) {
@@ -101,6 +101,7 @@ RunResult run(int dp, const Geometry& g, LossAggMode mode, bool per_micro_denomi
         for (int64_t p : micro.samples) ptrs.push_back(sample_at(p));
         LossDenominators d = micro.denominators;
         if (per_micro_denominators) d.n_tok = micro.action_tokens, d.n_seq = micro.action_seqs;  // the bug
+        uo.packed = !micro.padded;
         loss += train_micro(model, ptrs, d, uo).loss;
       }
       torch::Tensor l = torch::tensor({loss}, torch::kFloat64);
@@ -129,10 +130,13 @@ double discrepancy(const RunResult& a, const RunResult& ref) {
   return std::max(worst, rel(a.params, ref.params));
 }
 
+constexpr BatchLayout kPacked = BatchLayout::kPacked, kPadded = BatchLayout::kPadded, kAuto = BatchLayout::kAuto;
 const std::vector<Geometry> kGeometries = {
-    {"mbs1", 1, std::nullopt, true},    {"mbs2", 2, std::nullopt, true},    {"mbs-all", 1000, std::nullopt, true},
-    {"budget16", std::nullopt, 16, true}, {"mbs1-padded", 1, std::nullopt, false}, {"mbs2-padded", 2, std::nullopt, false},
-    {"mbs-all-padded", 1000, std::nullopt, false}, {"budget16-padded", std::nullopt, 16, false},
+    {"mbs1", 1, std::nullopt, kPacked},          {"mbs2", 2, std::nullopt, kPacked},
+    {"mbs-all", 1000, std::nullopt, kPacked},    {"budget16", std::nullopt, 16, kPacked},
+    {"mbs1-padded", 1, std::nullopt, kPadded},   {"mbs2-padded", 2, std::nullopt, kPadded},
+    {"mbs-all-padded", 1000, std::nullopt, kPadded}, {"budget16-padded", std::nullopt, 16, kPadded},
+    {"mbs2-auto", 2, std::nullopt, kAuto},       {"budget16-auto", std::nullopt, 16, kAuto},
 };
 const std::vector<LossAggMode> kModes = {LossAggMode::kTokenMean, LossAggMode::kSeqMeanTokenMean,
                                          LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenSumNorm};
@@ -143,7 +147,7 @@ TEST_CASE("loss, gradients and parameters are invariant to dp, micro geometry an
   const int world = test::world_size();
   double worst = 0;
   for (LossAggMode mode : kModes) {
-    const RunResult ref = run(1, {"ref", 1000, std::nullopt, true}, mode, false);
+    const RunResult ref = run(1, {"ref", 1000, std::nullopt, kPacked}, mode, false);
     REQUIRE(ref.losses.size() == static_cast<size_t>(kSteps * kMinis));
     CHECK(ref.grads[0].abs().max().item<double>() > 0);
     for (int dp : {1, 2, 4}) {
@@ -161,9 +165,9 @@ TEST_CASE("loss, gradients and parameters are invariant to dp, micro geometry an
 
 TEST_CASE("control: per-micro denominators break the same check", "[mpi][invariance]") {
   for (LossAggMode mode : kModes) {
-    const RunResult ref = run(1, {"ref", 1000, std::nullopt, true}, mode, false);
+    const RunResult ref = run(1, {"ref", 1000, std::nullopt, kPacked}, mode, false);
     INFO(to_string(mode));
-    CHECK(discrepancy(run(1, {"mbs2", 2, std::nullopt, true}, mode, true), ref) > 1e-3);
+    CHECK(discrepancy(run(1, {"mbs2", 2, std::nullopt, kPacked}, mode, true), ref) > 1e-3);
   }
 }
 

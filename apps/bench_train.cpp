@@ -1,0 +1,206 @@
+// `tandem bench train`: one GRPO training step (forward, chunked log-prob, clipped policy loss,
+// backward, grad clip, AdamW) of a random-init Llama on a workload the user states (one
+// sequence length per line; the response is the second half of each), so the figure can be set
+// beside other implementations. Prints one JSON object: real-token throughput, the step split,
+// model FLOPs by the usual formula, achieved GFLOP/s, the torch.mm peak at 2048^2 on the same
+// threads and MFU = achieved / peak. Old log-probs are recomputed once before timing (so the
+// first update's ratio is 1, as in training); the timed steps are what an update costs.
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "apps/bench_util.h"
+#include "apps/commands.h"
+#include "core/blas_kernel.h"
+#include "core/collate.h"
+#include "core/cpu_threads.h"
+#include "core/error.h"
+#include "core/llama_policy.h"
+#include "core/policy_update.h"
+#include "core/schedule.h"
+#include "parallel/process_groups.h"
+#include "parallel/runtime.h"
+
+namespace tandem::app {
+
+namespace {
+
+std::vector<int64_t> read_lengths(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError("--lengths: cannot open " + path);
+  std::vector<int64_t> out;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(line, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || line.find_first_not_of(" \t\r", used) != std::string::npos || v < 2)
+      throw UserError("--lengths: " + path + ":" + std::to_string(n) + ": '" + line +
+                      "' is not a sequence length >= 2 (one integer per line)");
+    out.push_back(v);
+  }
+  if (out.empty()) throw UserError("--lengths: " + path + " holds no lengths");
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+models::LlamaConfig model_config(const BenchTrainArgs& a, int64_t max_len) {
+  models::LlamaConfig c;
+  c.vocab_size = a.vocab, c.hidden_size = a.hidden, c.num_layers = a.layers, c.num_heads = a.heads;
+  c.num_kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  c.intermediate_size = a.ffn > 0 ? a.ffn : (a.hidden * 8 / 3 + 63) / 64 * 64;
+  c.max_seq_len = max_len;
+  try {
+    c.validate();
+  } catch (const std::exception& e) {
+    throw UserError(std::string("bench train: model dims: ") + e.what());
+  }
+  return c;
+}
+
+// Random tokens; the second half of each sequence is the response, with advantages of +-1.
+std::vector<ArSample> make_samples(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  std::vector<ArSample> out;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    ArSample s;
+    for (int64_t t = 0; t < lengths[i]; ++t) s.tokens.push_back(token(gen));
+    s.prompt_len = lengths[i] - lengths[i] / 2;
+    s.response_mask.assign(static_cast<size_t>(lengths[i] / 2), 1);
+    s.rollout_logp.assign(s.response_mask.size(), 0.0);
+    s.advantage = (gen() & 1) ? 1.0 : -1.0;
+    s.group_id = static_cast<int64_t>(i / 8);
+    s.index = static_cast<int64_t>(i);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Parameters that enter a matmul: all but the input embedding table (unless it is tied to the
+// lm head, in which case it is the lm head).
+int64_t matmul_params(models::LlamaForCausalLMImpl& model) {
+  int64_t n = 0;
+  for (const auto& p : model.named_parameters()) n += p.value().numel();
+  if (!model.config().tie_embeddings) n -= model.model->embed_tokens->weight.numel();
+  return n;
+}
+
+}  // namespace
+
+int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
+  parallel::MpiRuntime mpi(&argc, &argv);
+  if (mpi.size() != 1) throw UserError("bench train runs on one process (no mpirun)");
+  const BatchLayout layout = parse_enum<BatchLayout>(a.layout).value_or(BatchLayout::kPacked);
+  if (!parse_enum<BatchLayout>(a.layout)) throw UserError("--layout must be packed, padded or auto");
+  if (a.steps < 1 || a.warmup < 0) throw UserError("--steps must be >= 1 and --warmup >= 0");
+  if (a.micro_batch_size && a.max_tokens_per_micro)
+    throw UserError("give --micro-batch-size or --max-tokens-per-micro, not both");
+  torch::set_num_threads(a.threads > 0 ? a.threads : static_cast<int>(intra_op_threads(cpu_budget(), 1)));
+  torch::manual_seed(a.seed);
+
+  const std::vector<int64_t> lengths = read_lengths(a.lengths_path);
+  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
+  const models::LlamaConfig mc = model_config(a, max_len);
+  models::LlamaForCausalLM model(mc, parallel::ParallelContext{}, static_cast<uint64_t>(a.seed));
+  LlamaPolicy policy(model);
+  const std::vector<ArSample> samples = make_samples(lengths, a.vocab, static_cast<uint64_t>(a.seed));
+
+  std::vector<SampleCost> costs;
+  for (const auto& s : samples) costs.push_back({s.length(), s.action_tokens(), s.group_id});
+  ScheduleOptions so;
+  so.micro_batch_size = a.micro_batch_size;
+  so.max_tokens_per_micro = a.max_tokens_per_micro;
+  if (!so.micro_batch_size && !so.max_tokens_per_micro) so.micro_batch_size = static_cast<int64_t>(samples.size());
+  so.layout = layout;
+  so.l_norm = static_cast<double>(max_len);
+  const Schedule schedule = build_schedule(costs, so);
+  const std::vector<MicroBatch>& micros = schedule.minis[0].ranks[0].micros;
+  const auto micro_samples = [&](const MicroBatch& m) {
+    std::vector<const ArSample*> out;
+    for (int64_t i : m.samples) out.push_back(&samples[static_cast<size_t>(i)]);
+    return out;
+  };
+
+  UpdateOptions uo;  // the quickstart's objective: token-mean, clip 0.2 / 0.28, no KL
+  uo.policy.clip_low = 0.2, uo.policy.clip_high = 0.28;
+  std::vector<torch::Tensor> old_logp;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& m : micros) {
+      const auto s = micro_samples(m);
+      old_logp.push_back(m.padded ? policy.forward_padded(collate_padded(s, m.denominators, torch::kFloat32), false).logp
+                                  : policy.forward_packed(collate_packed(s, m.denominators, torch::kFloat32), false).logp);
+    }
+  }
+  const auto dims = parallel::ParallelDims::resolve(1, 1, 1, 1);
+  parallel::ProcessGroups groups(MPI_COMM_WORLD, dims);
+  auto comm = parallel::make_mpi_communicator(groups, parallel::Axis::kWorld, 600);
+  const std::vector<torch::Tensor> params = policy.parameters();
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
+
+  std::vector<double> step_s, fwd_s, bwd_s, opt_s;
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
+  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
+    if (step == a.warmup && std::getenv("PROF")) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(std::string(std::getenv("PROF")));
+    const auto t0 = Clock::now();
+    MicroOutcome total;
+    for (size_t k = 0; k < micros.size(); ++k) {
+      uo.packed = !micros[k].padded;
+      total += train_micro(policy, micro_samples(micros[k]), micros[k].denominators, uo, old_logp[k]);
+    }
+    const auto t1 = Clock::now();
+    reduce_and_step(params, optimizer, *comm, 1.0, std::isfinite(total.loss));
+    if (step < a.warmup) continue;
+    opt_s.push_back(seconds_since(t1));
+    step_s.push_back(seconds_since(t0));
+    fwd_s.push_back(total.forward_s);
+    bwd_s.push_back(total.backward_s);
+  }
+
+  prof.reset();
+  int64_t tokens = 0, padded_micros = 0;
+  double sum_sq = 0;
+  for (int64_t l : lengths) tokens += l, sum_sq += static_cast<double>(l) * static_cast<double>(l);
+  for (const auto& m : micros) padded_micros += m.padded ? 1 : 0;
+  const int64_t n_params = matmul_params(*model);
+  const double flops = 6.0 * static_cast<double>(n_params) * static_cast<double>(tokens) +
+                       12.0 * static_cast<double>(mc.num_layers * mc.hidden_size) * sum_sq;
+  const double t = median(step_s);
+  const double peak = gemm_gflops(2048, 3);
+  nlohmann::json out;
+  out["workload"] = {{"sequences", lengths.size()}, {"tokens", tokens}, {"max_len", max_len},
+                     {"layout", a.layout}, {"micros", micros.size()}, {"padded_micros", padded_micros}};
+  out["model"] = {{"hidden", mc.hidden_size}, {"layers", mc.num_layers}, {"heads", mc.num_heads},
+                  {"kv_heads", mc.num_kv_heads}, {"ffn", mc.intermediate_size}, {"vocab", mc.vocab_size},
+                  {"matmul_params", n_params}};
+  out["threads"] = torch::get_num_threads();
+  out["blas"] = blas_description();
+  out["steps"] = a.steps;
+  out["step_s"] = t;
+  out["fwd_s"] = median(fwd_s);
+  out["bwd_s"] = median(bwd_s);
+  out["opt_s"] = median(opt_s);
+  out["tokens_per_s"] = static_cast<double>(tokens) / t;
+  out["model_flops_per_step"] = flops;
+  out["achieved_gflops"] = flops / t / 1e9;
+  out["gemm2048_f32_gflops"] = peak;
+  out["mfu"] = flops / t / 1e9 / peak;
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace tandem::app
