@@ -6,7 +6,6 @@
 // threads and MFU = achieved / peak. Old log-probs are recomputed once before timing (so the
 // first update's ratio is 1, as in training); the timed steps are what an update costs.
 #include <nlohmann/json.hpp>
-#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
 #include <fstream>
@@ -153,9 +152,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
 
   std::vector<double> step_s, fwd_s, bwd_s, opt_s;
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
   for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
-    if (step == a.warmup && std::getenv("PROF")) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(std::string(std::getenv("PROF")));
     const auto t0 = Clock::now();
     MicroOutcome total;
     for (size_t k = 0; k < micros.size(); ++k) {
@@ -171,7 +168,6 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
     bwd_s.push_back(total.backward_s);
   }
 
-  prof.reset();
   int64_t tokens = 0, padded_micros = 0;
   double sum_sq = 0;
   for (int64_t l : lengths) tokens += l, sum_sq += static_cast<double>(l) * static_cast<double>(l);
