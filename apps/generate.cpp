@@ -16,9 +16,12 @@
 namespace tandem::app {
 
 int run_generate(const GenerateArgs& a) {
-  // A run directory means its latest complete checkpoint.
+  // A run directory means its newest intact checkpoint.
   const bool run_dir = std::filesystem::exists(std::filesystem::path(a.checkpoint) / "checkpoints");
-  const auto dir = run_dir ? CheckpointDir(a.checkpoint, 0).latest() : CheckpointDir::resolve("", a.checkpoint);
+  const CheckpointDir::Choice choice =
+      run_dir ? CheckpointDir(a.checkpoint, 0).newest_intact() : CheckpointDir::resolve("", a.checkpoint);
+  for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
+  const auto& dir = choice.path;
   if (!dir) throw UserError(a.checkpoint + ": no complete checkpoint");
   const Config config = load_config(*dir + "/recipe.yaml", {});
   const ArTrackConfig& ar = config.tracks.ar;
