@@ -249,7 +249,8 @@ const std::vector<std::string>& image_reward_names();
 
 // Loads `path` (or the embedded quickstart recipe when path is empty), applies `overrides`
 // ("a.b.c=value", the value parsed as YAML and converted to the key's type), and validates.
-// Throws UserError with a one-line message naming the key path.
+// Throws UserError with a one-line message naming the key path; a file with no keys at all
+// (empty, only comments) is a UserError naming the file, not a request for the defaults.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
                                const std::vector<std::string>& overrides);
