@@ -186,6 +186,10 @@ struct ImageAlgoConfig {
   double adv_clip_max = 5.0;
   ImageKlConfig kl;
   OldLogp old_logp = OldLogp::kRecompute;
+  // With sampler.cfg != 1 the trained velocity is v_u + cfg (v_c - v_u). full: the gradient of
+  // that (the unconditional pass gets (1 - cfg) of it), as the FlowGRPO reference trains;
+  // cond_only: v_u is a constant (detached), only the conditional pass is trained.
+  CfgGrad cfg_grad = CfgGrad::kFull;
 };
 
 // Rectified-flow pretraining of the image policy on the built-in dataset, so FlowGRPO starts

@@ -19,6 +19,7 @@ enum class TokenizerKind { kChar, kHf };
 enum class RatioKind { kToken, kSequence };
 enum class KlEstimator { kK1, kK2, kK3 };
 enum class OldLogp { kRecompute, kRollout, kReuse };
+enum class CfgGrad { kFull, kCondOnly };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -44,6 +45,7 @@ TANDEM_ENUM_NAMES(RatioKind, 2, {RatioKind::kToken, "token"}, {RatioKind::kSeque
 TANDEM_ENUM_NAMES(KlEstimator, 3, {KlEstimator::kK1, "k1"}, {KlEstimator::kK2, "k2"}, {KlEstimator::kK3, "k3"})
 TANDEM_ENUM_NAMES(OldLogp, 3, {OldLogp::kRecompute, "recompute"}, {OldLogp::kRollout, "rollout"},
                   {OldLogp::kReuse, "reuse"})
+TANDEM_ENUM_NAMES(CfgGrad, 2, {CfgGrad::kFull, "full"}, {CfgGrad::kCondOnly, "cond_only"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

@@ -145,6 +145,16 @@ TEST_CASE("synthetic task digit range keys", "[config]") {
   CHECK_THAT(error_of("tracks: {ar: {data: {min_digits: 5, max_digits: 3}}}"), Catch::Contains("must not exceed"));
 }
 
+TEST_CASE("tracks.image.algo.cfg_grad: full by default, cond_only accepted, anything else named", "[config]") {
+  CHECK(load("").tracks.image.algo.cfg_grad == CfgGrad::kFull);
+  const Config c = load("tracks: {image: {algo: {cfg_grad: cond_only}}}");
+  CHECK(c.tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);
+  CHECK(load(to_yaml(c)).tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);  // the resolved recipe keeps it
+  CHECK(load("", {"tracks.image.algo.cfg_grad=cond_only"}).tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);
+  CHECK(error_of("tracks: {image: {algo: {cfg_grad: detached}}}") ==
+        "tracks.image.algo.cfg_grad: 'detached' is not one of full|cond_only");
+}
+
 TEST_CASE("a --config file with no keys is refused, naming the file; no --config runs the default", "[config]") {
   test::TempDir dir("tandem_config");
   for (const char* text : {"", "# all commented out\n#run: {steps: 3}\n", "\n   \n", "---\n# nothing\n"}) {
