@@ -12,7 +12,7 @@
 #include <random>
 
 #include "apps/commands.h"
-#include "core/error.h"
+#include "common/error.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
 

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/ar_track.h"
-#include "core/error.h"
 #include "core/image_track.h"
 #include "parallel/process_groups.h"
 #include "parallel/runtime.h"

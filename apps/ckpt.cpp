@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/checkpoint.h"
 #include "core/checkpoint_manifest.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "models/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/llama_policy.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error.h"
 #include "core/checkpoint_manifest.h"
-#include "core/error.h"
 
 namespace fs = std::filesystem;
 

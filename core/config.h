@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "core/enums.h"
-#include "core/error.h"
 
 namespace tandem {
 

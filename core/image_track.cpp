@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/error.h"
 #include "core/advantage.h"
-#include "core/error.h"
 #include "core/flow_pretrain.h"
 #include "core/image_io.h"
 #include "core/rewards/image_rewards.h"

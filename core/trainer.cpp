@@ -15,10 +15,10 @@
 #include <functional>
 #include <thread>
 
+#include "common/error.h"
 #include "core/ar_track.h"
-#include "core/image_track.h"
 #include "core/checkpoint.h"
-#include "core/error.h"
+#include "core/image_track.h"
 #include "core/lr_schedule.h"
 #include "core/policy_update.h"
 

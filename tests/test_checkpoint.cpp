@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error.h"
 #include "core/checkpoint.h"
-#include "core/error.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
