@@ -13,8 +13,8 @@
 
 #include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/blas_kernel.h"
-#include "core/error.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
 

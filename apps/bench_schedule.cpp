@@ -9,7 +9,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/schedule.h"
 
 namespace tandem::app {

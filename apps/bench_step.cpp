@@ -7,9 +7,9 @@
 
 #include "apps/bench_util.h"
 #include "apps/commands.h"
-#include "core/blas_kernel.h"
+#include "common/error.h"
 #include "core/ar_track.h"
-#include "core/error.h"
+#include "core/blas_kernel.h"
 #include "core/image_track.h"
 #include "parallel/process_groups.h"
 #include "parallel/runtime.h"

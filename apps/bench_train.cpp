@@ -14,10 +14,10 @@
 
 #include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/blas_kernel.h"
 #include "core/collate.h"
 #include "core/cpu_threads.h"
-#include "core/error.h"
 #include "core/llama_policy.h"
 #include "core/policy_update.h"
 #include "core/schedule.h"

@@ -6,9 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/checkpoint.h"
+#include "core/checkpoint_manifest.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "models/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -17,26 +18,39 @@ namespace tandem::app {
 
 namespace {
 
-std::string checkpoint_dir(const std::string& path) {
-  // Accept a run directory too: its latest complete checkpoint.
+// A checkpoint directory, or a run directory's latest checkpoint; refused when its manifest
+// finds damage. Returns the directory and what verification found.
+std::pair<std::string, Integrity> checked_checkpoint(const std::string& path) {
+  std::string dir = path;
   if (fs::exists(fs::path(path) / "checkpoints")) {
-    if (auto latest = CheckpointDir(path, 0).latest()) return *latest;
-    throw UserError(path + ": run directory has no complete checkpoint");
+    auto latest = CheckpointDir(path, 0).latest();
+    if (!latest) throw UserError(path + ": run directory has no complete checkpoint");
+    dir = *latest;
+  } else if (!fs::is_directory(path)) {
+    throw UserError(path + ": no such checkpoint or run directory");
+  } else if (!fs::exists(fs::path(path) / CheckpointDir::kCompleteMarker)) {
+    throw UserError(path + ": not a complete checkpoint (no " + CheckpointDir::kCompleteMarker + " marker)");
   }
-  if (auto p = CheckpointDir::resolve("", path)) return *p;
-  throw UserError(path + ": not a checkpoint");
+  Integrity check = verify_manifest(dir);
+  if (check.status == Integrity::Status::kDamaged)
+    throw UserError(dir + ": damaged checkpoint: " + check.detail + "; do not load it (--resume auto skips it)");
+  if (check.status == Integrity::Status::kUnverified)
+    std::cerr << "tandem: warning: " << dir << ": not verified: " << check.detail << "\n";
+  return {dir, check};
 }
 
 }  // namespace
 
 int run_ckpt_info(const std::string& path) {
-  const std::string dir = checkpoint_dir(path);
+  const auto [dir, check] = checked_checkpoint(path);
   std::ifstream in(dir + "/trainer_state.json");
   if (!in) throw UserError(dir + ": no trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
   if (state.is_discarded()) throw UserError(dir + "/trainer_state.json: not valid JSON");
   const Config config = load_config(dir + "/recipe.yaml", {});
   std::cout << "checkpoint: " << dir << "\n";
+  std::cout << "integrity: "
+            << (check.status == Integrity::Status::kIntact ? "ok, " : "unverified, ") << check.detail << "\n";
   std::cout << "completed steps: " << state.value("completed_steps", -1) << " of " << config.run.steps << "\n";
   std::cout << "run: " << config.run.name << "  seed " << config.run.seed << "  dtype " << to_string(config.run.dtype)
             << "\n";
@@ -60,7 +74,7 @@ int run_ckpt_info(const std::string& path) {
 }
 
 int run_ckpt_export_hf(const std::string& path, const std::string& out) {
-  const std::string dir = checkpoint_dir(path);
+  const std::string dir = checked_checkpoint(path).first;
   const fs::path model = fs::path(dir) / "ar_model";
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
   if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");

@@ -75,7 +75,9 @@ int run_train(const TrainArgs& args, int argc, char** argv);
 int run_pretrain_flow(const TrainArgs& args, int argc, char** argv);
 
 struct GenerateArgs {
-  std::string checkpoint;
+  std::string checkpoint;  // a checkpoint or run directory, or
+  std::string model;       // a Hugging Face Llama / Qwen2 directory (exactly one of the two)
+  std::string tokenizer;   // with --model: tokenizer.json or its directory ("": the model's own)
   std::vector<std::string> prompts;
   int64_t samples = 1;
   double temperature = -1;  // < 0: the recipe's

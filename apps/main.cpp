@@ -64,11 +64,14 @@ int main(int argc, char** argv) {
   pretrain->add_option("--set", pretrain_args.overrides, "override a recipe key")->take_all();
 
   tandem::app::GenerateArgs gen_args;
-  CLI::App* gen = app.add_subcommand("generate", "sample from a trained AR policy");
-  gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory")->required();
+  CLI::App* gen = app.add_subcommand("generate", "sample from a trained AR policy or a Hugging Face Llama / Qwen2");
+  gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory");
+  auto* gen_model = gen->add_option("--model", gen_args.model, "Hugging Face model directory (instead of --checkpoint)");
+  gen->add_option("--tokenizer", gen_args.tokenizer, "tokenizer.json for --model (default: the model directory's)")
+      ->needs(gen_model);
   gen->add_option("--prompt", gen_args.prompts, "prompt text (repeatable)")->required();
   gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::PositiveNumber);
-  gen->add_option("--temperature", gen_args.temperature, "sampling temperature (default: the recipe's)");
+  gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
   gen->add_option("--seed", gen_args.seed, "sampling seed");
 

@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/flow_pretrain.h"
 #include "core/trainer.h"
 #include "parallel/communicator.h"

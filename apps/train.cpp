@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/trainer.h"
 #include "parallel/communicator.h"
 #include "parallel/process_groups.h"

@@ -1,7 +1,7 @@
 // Group statistics via index_add over dense group indices, so any id set and order works.
 #include "core/advantage.h"
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem {
 

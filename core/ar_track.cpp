@@ -9,8 +9,8 @@
 #include <fstream>
 #include <map>
 
+#include "common/error.h"
 #include "core/advantage.h"
-#include "core/error.h"
 #include "core/rewards/reward_factory.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"

@@ -10,7 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "common/error.h"
+#include "core/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -53,6 +54,7 @@ std::string CheckpointDir::begin(int64_t step) const {
 
 std::string CheckpointDir::commit(int64_t step) const {
   const fs::path staging = staging_path(step), final_path = fs::path(root()) / step_name(step);
+  write_manifest(staging.string(), {kCompleteMarker});
   std::ofstream(staging / kCompleteMarker) << step << "\n";
   for (const auto& e : fs::recursive_directory_iterator(staging))
     if (e.is_regular_file()) fsync_path(e.path());
@@ -101,15 +103,52 @@ std::optional<std::string> CheckpointDir::latest() const {
   return (fs::path(root()) / step_name(steps.back())).string();
 }
 
-std::optional<std::string> CheckpointDir::resolve(const std::string& run_dir, const std::string& resume) {
-  if (resume.empty()) return std::nullopt;
-  if (resume == "auto") return CheckpointDir(run_dir, 0).latest();
+CheckpointDir::Choice CheckpointDir::newest_intact() const {
+  Choice choice;
+  const auto newest = latest();
+  if (!newest) return choice;
+  // `latest` first, then every older committed step, newest first.
+  std::vector<fs::path> candidates{*newest};
+  const auto newest_step = parse_step(fs::path(*newest).filename().string());
+  const auto steps = committed_steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    if (!newest_step || *it < *newest_step) candidates.push_back(fs::path(root()) / step_name(*it));
+  std::vector<std::string> damaged;
+  for (const fs::path& c : candidates) {
+    const Integrity check = verify_manifest(c.string());
+    if (check.status == Integrity::Status::kDamaged) {
+      damaged.push_back(c.string() + " (" + check.detail + ")");
+      continue;
+    }
+    for (const auto& d : damaged) choice.warnings.push_back("skipping damaged checkpoint " + d + "; using " + c.string());
+    if (check.status == Integrity::Status::kUnverified)
+      choice.warnings.push_back(c.string() + ": loading without verification: " + check.detail);
+    choice.path = c.string();
+    return choice;
+  }
+  std::string all;
+  for (const auto& d : damaged) all += (all.empty() ? "" : "; ") + d;
+  throw UserError("no intact checkpoint in " + root() + ", every one is damaged: " + all +
+                  "; restore the damaged files or start a new run (set run.name)");
+}
+
+CheckpointDir::Choice CheckpointDir::resolve(const std::string& run_dir, const std::string& resume) {
+  if (resume.empty()) return {};
+  if (resume == "auto") return CheckpointDir(run_dir, 0).newest_intact();
   const fs::path p(resume);
   if (!fs::is_directory(p)) throw UserError("--resume " + resume + ": no such checkpoint directory");
   if (!fs::exists(p / kCompleteMarker))
     throw UserError("--resume " + resume + ": incomplete checkpoint (no " + kCompleteMarker +
                     " marker; it was interrupted while being written); use the previous one or --resume auto");
-  return p.string();
+  const Integrity check = verify_manifest(p.string());
+  if (check.status == Integrity::Status::kDamaged)
+    throw UserError("--resume " + resume + ": damaged checkpoint: " + check.detail +
+                    "; use an older checkpoint or --resume auto (which skips damaged ones)");
+  Choice choice;
+  if (check.status == Integrity::Status::kUnverified)
+    choice.warnings.push_back(p.string() + ": loading without verification: " + check.detail);
+  choice.path = p.string();
+  return choice;
 }
 
 }  // namespace tandem

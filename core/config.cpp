@@ -179,15 +179,19 @@ void validate(const Config& c, int64_t world_size) {
   if (c.tracks.image.enabled) validate_image(c);
 }
 
-Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
-                               const std::vector<std::string>& overrides) {
-  YAML::Node root;
+namespace {
+
+YAML::Node parse_recipe(const std::string& yaml_text, const std::string& source_name) {
   try {
-    root = YAML::Load(yaml_text);
+    return YAML::Load(yaml_text);
   } catch (const YAML::ParserException& e) {
     throw UserError(source_name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                     ": YAML parse error: " + e.msg);
   }
+}
+
+Config load_config_from_node(YAML::Node root, const std::string& source_name,
+                             const std::vector<std::string>& overrides) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw UserError(source_name + ": the recipe must be a mapping of sections (run, tracks, ...)");
   for (const auto& o : overrides) apply_override(root, o);
@@ -196,13 +200,26 @@ Config load_config_from_string(const std::string& yaml_text, const std::string& 
   return config;
 }
 
+}  // namespace
+
+Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
+                               const std::vector<std::string>& overrides) {
+  return load_config_from_node(parse_recipe(yaml_text, source_name), source_name, overrides);
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return load_config_from_string(kEmbeddedQuickstart, "<embedded quickstart>", overrides);
   std::ifstream in(path);
   if (!in) throw UserError(path + ": cannot open recipe file");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return load_config_from_string(buffer.str(), path, overrides);
+  YAML::Node root = parse_recipe(buffer.str(), path);
+  // A named file that holds nothing is a mistake (wrong file, truncated copy), not a request for
+  // the defaults, which every key left out already gets.
+  if (root.IsNull())
+    throw UserError(path + ": the recipe file has no keys (it is empty or only comments); write the recipe into it, "
+                    "or leave out --config to run the default recipe");
+  return load_config_from_node(root, path, overrides);
 }
 
 }  // namespace tandem

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "core/enums.h"
-#include "core/error.h"
 
 namespace tandem {
 
@@ -189,6 +189,10 @@ struct ImageAlgoConfig {
   double adv_clip_max = 5.0;
   ImageKlConfig kl;
   OldLogp old_logp = OldLogp::kRecompute;
+  // With sampler.cfg != 1 the trained velocity is v_u + cfg (v_c - v_u). full: the gradient of
+  // that (the unconditional pass gets (1 - cfg) of it), as the FlowGRPO reference trains;
+  // cond_only: v_u is a constant (detached), only the conditional pass is trained.
+  CfgGrad cfg_grad = CfgGrad::kFull;
 };
 
 // Rectified-flow pretraining of the image policy on the built-in dataset, so FlowGRPO starts
@@ -252,7 +256,8 @@ const std::vector<std::string>& image_reward_names();
 
 // Loads `path` (or the embedded quickstart recipe when path is empty), applies `overrides`
 // ("a.b.c=value", the value parsed as YAML and converted to the key's type), and validates.
-// Throws UserError with a one-line message naming the key path.
+// Throws UserError with a one-line message naming the key path; a file with no keys at all
+// (empty, only comments) is a UserError naming the file, not a request for the defaults.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
                                const std::vector<std::string>& overrides);

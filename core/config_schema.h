@@ -192,6 +192,7 @@ template <class V> void visit(V& v, ImageAlgoConfig& c) {
   v.field("adv_clip_max", c.adv_clip_max, above(0));
   v.section("kl", c.kl);
   v.field("old_logp", c.old_logp);
+  v.field("cfg_grad", c.cfg_grad);
 }
 
 template <class V> void visit(V& v, ImagePretrainConfig& c) {

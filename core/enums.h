@@ -20,6 +20,7 @@ enum class RatioKind { kToken, kSequence };
 enum class KlEstimator { kK1, kK2, kK3 };
 enum class OldLogp { kRecompute, kRollout, kReuse };
 enum class BatchLayout { kAuto, kPacked, kPadded };
+enum class CfgGrad { kFull, kCondOnly };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -47,6 +48,7 @@ TANDEM_ENUM_NAMES(OldLogp, 3, {OldLogp::kRecompute, "recompute"}, {OldLogp::kRol
                   {OldLogp::kReuse, "reuse"})
 TANDEM_ENUM_NAMES(BatchLayout, 3, {BatchLayout::kAuto, "auto"}, {BatchLayout::kPacked, "packed"},
                   {BatchLayout::kPadded, "padded"})
+TANDEM_ENUM_NAMES(CfgGrad, 2, {CfgGrad::kFull, "full"}, {CfgGrad::kCondOnly, "cond_only"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

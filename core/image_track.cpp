@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <random>
 
+#include "common/error.h"
 #include "core/advantage.h"
-#include "core/error.h"
 #include "core/flow_pretrain.h"
 #include "core/image_io.h"
 #include "core/rewards/image_rewards.h"
@@ -274,7 +274,8 @@ ImageTrack::Transition ImageTrack::transition(models::DitImpl& model, const std:
   const auto r = models::transition_log_prob(model, torch::stack(x).to(device_), torch::stack(x_next).to(device_),
                                              torch::tensor(sigma, opts), torch::tensor(sigma_next, opts),
                                              torch::tensor(labels, torch::kInt64).to(device_), sc.noise_level,
-                                             sigma_max, sc.cfg);
+                                             sigma_max, sc.cfg,
+                                             config_.tracks.image.algo.cfg_grad == CfgGrad::kFull);
   return {r.log_prob, r.mean, r.std_dev_t};
 }
 

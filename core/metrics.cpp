@@ -9,7 +9,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/tensorboard.h"
 
 namespace tandem {

@@ -1,12 +1,16 @@
 // Karmarkar-Karp largest differencing for k parts (Korf's "complete KK" first descent): each
-// item starts as a k-tuple (w, 0, ..., 0); the two tuples with the largest spread are merged
-// by pairing the heaviest side of one with the lightest of the other, until one tuple remains.
+// starting k-tuple holds at most one item per slot; the two tuples with the largest spread are
+// merged by pairing the heaviest side of one with the lightest of the other, until one tuple
+// remains. The seedings differ only in the starting tuples (or, for greedy, skip KK); the
+// refinement is a local search, so each seeding can stop at a different local optimum and the
+// best of them is kept.
 #include "core/partition.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <queue>
+#include <tuple>
 
 namespace tandem {
 
@@ -69,30 +73,49 @@ double part_weight(const std::vector<double>& weights, const std::vector<int64_t
   return s;
 }
 
-std::vector<std::vector<int64_t>> karmarkar_karp(const std::vector<double>& weights, int64_t k, bool refine) {
+double max_part_weight(const std::vector<double>& weights, const std::vector<std::vector<int64_t>>& parts) {
+  double m = 0;
+  for (const auto& p : parts) m = std::max(m, part_weight(weights, p));
+  return m;
+}
+
+namespace {
+
+// Largest differencing from the given starting tuples (each at most k items, one per slot).
+// Equal spreads go to the older tuple, or with heavy_first to the heavier top slot first (as
+// verl orders its states); integer lengths tie often, and the two orders reach different ends.
+std::vector<std::vector<int64_t>> kk_from_tuples(const std::vector<double>& weights, int64_t k,
+                                                 const std::vector<std::vector<int64_t>>& tuples, bool heavy_first) {
   std::vector<std::vector<int64_t>> parts(k);
-  const int64_t n = static_cast<int64_t>(weights.size());
-  if (n == 0) return parts;
+  const int64_t n = static_cast<int64_t>(weights.size()), n_tuples = static_cast<int64_t>(tuples.size());
+  if (n_tuples == 0) return parts;
   // Flat storage: tuple t's slot j has a sum and an item chain (a linked list through next_item),
   // so merging two tuples is O(k) with no allocation.
-  const int64_t max_tuples = 2 * n;
+  const int64_t max_tuples = 2 * n_tuples;
   std::vector<double> sum(max_tuples * k, 0.0);
   std::vector<int64_t> head(max_tuples * k, -1), tail(max_tuples * k, -1), next_item(n, -1);
-  using Entry = std::pair<double, int64_t>;  // (spread, -tuple id): larger spread first, then older
+  using Entry = std::tuple<double, double, int64_t>;  // (spread, top slot sum or 0, -tuple id), largest first
   std::priority_queue<Entry> heap;
-  for (int64_t i = 0; i < n; ++i) {
-    sum[i * k] = weights[i];
-    head[i * k] = tail[i * k] = i;
-    heap.push({weights[i], -i});
+  auto entry = [&](int64_t t) {
+    return Entry{sum[t * k] - sum[t * k + k - 1], heavy_first ? sum[t * k] : 0.0, -t};
+  };
+  for (int64_t t = 0; t < n_tuples; ++t) {
+    std::vector<int64_t> items = tuples[t];  // heaviest slot first
+    std::stable_sort(items.begin(), items.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    for (size_t j = 0; j < items.size(); ++j) {
+      sum[t * k + j] = weights[items[j]];
+      head[t * k + j] = tail[t * k + j] = items[j];
+    }
+    heap.push(entry(t));
   }
   std::vector<int64_t> order(k);
   std::vector<double> tmp_sum(k);
   std::vector<int64_t> tmp_head(k), tmp_tail(k);
-  int64_t next = n;
+  int64_t next = n_tuples;
   while (heap.size() > 1) {
-    const int64_t a = -heap.top().second;
+    const int64_t a = -std::get<2>(heap.top());
     heap.pop();
-    const int64_t b = -heap.top().second;
+    const int64_t b = -std::get<2>(heap.top());
     heap.pop();
     const int64_t m = next++;
     for (int64_t j = 0; j < k; ++j) {  // a's heaviest slot takes b's lightest
@@ -112,18 +135,73 @@ std::vector<std::vector<int64_t>> karmarkar_karp(const std::vector<double>& weig
       head[m * k + j] = tmp_head[order[j]];
       tail[m * k + j] = tmp_tail[order[j]];
     }
-    heap.push({sum[m * k] - sum[m * k + k - 1], -m});
+    heap.push(entry(m));
   }
-  const int64_t root = -heap.top().second;
+  const int64_t root = -std::get<2>(heap.top());
   for (int64_t j = 0; j < k; ++j)
     for (int64_t i = head[root * k + j]; i >= 0; i = next_item[i]) parts[j].push_back(i);
-  if (refine) refine_partition(weights, parts);
+  return parts;
+}
+
+std::vector<std::vector<int64_t>> greedy_partition(const std::vector<double>& weights, int64_t k) {
+  std::vector<int64_t> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+  std::vector<std::vector<int64_t>> parts(k);
+  std::vector<double> load(k, 0.0);
+  for (int64_t i : order) {
+    const size_t p = std::min_element(load.begin(), load.end()) - load.begin();  // lowest index on ties
+    parts[p].push_back(i);
+    load[p] += weights[i];
+  }
+  return parts;
+}
+
+// Ascending indices inside each part, heaviest part first: the canonical form callers get.
+void canonicalize(const std::vector<double>& weights, std::vector<std::vector<int64_t>>& parts) {
   for (auto& p : parts) std::sort(p.begin(), p.end());
-  // Heaviest first, so callers get a canonical order.
   std::stable_sort(parts.begin(), parts.end(), [&](const auto& x, const auto& y) {
     return part_weight(weights, x) > part_weight(weights, y);
   });
-  return parts;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> seed_partition(const std::vector<double>& weights, int64_t k, PartitionSeed seed) {
+  const int64_t n = static_cast<int64_t>(weights.size());
+  if (seed == PartitionSeed::kGreedy) return greedy_partition(weights, k);
+  std::vector<std::vector<int64_t>> tuples;
+  if (seed == PartitionSeed::kEqualSizeTuples) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] < weights[b]; });
+    for (int64_t at = 0; at < n; at += k) tuples.emplace_back(order.begin() + at, order.begin() + std::min(n, at + k));
+  } else {
+    for (int64_t i = 0; i < n; ++i) tuples.push_back({i});
+  }
+  return kk_from_tuples(weights, k, tuples, seed != PartitionSeed::kSingletons);
+}
+
+std::vector<std::vector<int64_t>> karmarkar_karp(const std::vector<double>& weights, int64_t k, bool refine) {
+  std::vector<std::vector<int64_t>> best;
+  if (!refine) {
+    best = seed_partition(weights, k, PartitionSeed::kSingletons);
+  } else {
+    double best_max = 0, best_spread = 0;
+    for (const PartitionSeed seed : kPartitionSeeds) {
+      auto parts = seed_partition(weights, k, seed);
+      refine_partition(weights, parts);
+      double hi = 0, lo = HUGE_VAL;
+      for (const auto& p : parts) {
+        const double w = part_weight(weights, p);
+        hi = std::max(hi, w), lo = std::min(lo, w);
+      }
+      if (best.empty() || hi < best_max || (hi == best_max && hi - lo < best_spread))
+        best = std::move(parts), best_max = hi, best_spread = hi - lo;
+    }
+  }
+  canonicalize(weights, best);
+  return best;
 }
 
 std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<double>& weights, double capacity) {

@@ -7,7 +7,7 @@
 #include <map>
 #include <numeric>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/partition.h"
 
 namespace tandem {

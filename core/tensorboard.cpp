@@ -9,7 +9,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem {
 

@@ -15,12 +15,12 @@
 #include <functional>
 #include <thread>
 
+#include "common/error.h"
 #include "core/ar_track.h"
-#include "core/image_track.h"
 #include "core/blas_kernel.h"
 #include "core/checkpoint.h"
 #include "core/cpu_threads.h"
-#include "core/error.h"
+#include "core/image_track.h"
 #include "core/lr_schedule.h"
 #include "core/policy_update.h"
 
@@ -147,24 +147,45 @@ struct Trainer::Impl {
     return dir + "/optimizer_tp" + std::to_string(c.tp) + ".pt";
   }
 
-  void resume() {
-    const auto path = CheckpointDir::resolve(run_dir, options.resume);
-    if (!path) {
-      spdlog::info("resume: no checkpoint in {}; starting fresh", run_dir);
-      return;
+  // Only rank 0 resolves --resume, because verifying a checkpoint reads all of it; the others take
+  // its choice by broadcast, so every rank loads the same checkpoint.
+  std::optional<std::string> choose_checkpoint() {
+    if (options.resume.empty()) return std::nullopt;
+    // (1): -1 a fresh start; else the step (auto) or 0 (the named directory)
+    torch::Tensor pick = torch::full({1}, -1, torch::kInt64);
+    std::optional<std::string> path;
+    if (rank0) {
+      CheckpointDir::Choice choice = CheckpointDir::resolve(run_dir, options.resume);
+      for (const auto& w : choice.warnings) spdlog::warn("resume: {}", w);
+      path = choice.path;
+      if (path) pick[0] = options.resume == "auto" ? checkpoint_step(*path) : 0;
     }
-    const Config saved = load_config(*path + "/recipe.yaml", {});
+    comms.world->broadcast(pick, 0);
+    const int64_t picked = pick[0].item<int64_t>();
+    if (!rank0 && picked >= 0)
+      path = options.resume == "auto" ? CheckpointDir(run_dir, 0).root() + "/" + CheckpointDir::step_name(picked)
+                                      : options.resume;
+    return path;
+  }
+
+  static int64_t checkpoint_step(const std::string& path) {
+    const std::string name = fs::path(path).filename().string();  // step_NNNNNN
+    return std::stoll(name.substr(name.rfind('_') + 1));
+  }
+
+  void resume(const std::string& path) {
+    const Config saved = load_config(path + "/recipe.yaml", {});
     const std::string why = incompatible_change(saved, config);
-    if (!why.empty()) throw UserError("--resume " + *path + ": " + why + "; start a new run instead");
-    std::ifstream in(*path + "/trainer_state.json");
+    if (!why.empty()) throw UserError("--resume " + path + ": " + why + "; start a new run instead");
+    std::ifstream in(path + "/trainer_state.json");
     const nlohmann::json state = nlohmann::json::parse(in);
     for (auto& t : tracks) {
-      t->load(*path);
+      t->load(path);
       t->restore(state.at("tracks").at(t->name()));
     }
-    torch::load(*optimizer, optimizer_file(*path));
+    torch::load(*optimizer, optimizer_file(path));
     start_step = state.at("completed_steps").get<int64_t>();
-    spdlog::info("resume: {} at step {}", *path, start_step);
+    spdlog::info("resume: {} at step {}", path, start_step);
   }
 
   void save_checkpoint(int64_t completed) {
@@ -252,10 +273,11 @@ struct Trainer::Impl {
     build_tracks();
     // Pretrained image weights (or pretraining) come first: they are the KL reference and the
     // starting point a resume then overwrites.
-    const bool fresh = CheckpointDir::resolve(run_dir, options.resume) == std::nullopt;
+    const std::optional<std::string> checkpoint = choose_checkpoint();
+    if (!options.resume.empty() && !checkpoint) spdlog::info("resume: no checkpoint in {}; starting fresh", run_dir);
     for (auto& t : tracks)
-      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->pretrain_or_load(fresh);
-    if (!options.resume.empty()) resume();
+      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->pretrain_or_load(!checkpoint);
+    if (checkpoint) resume(*checkpoint);
     if (start_step == 0)
       for (auto& t : tracks)
         if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();

@@ -7,7 +7,7 @@
 #include <cctype>
 #include <cstdio>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "models/utf8.h"
 
 namespace tandem::models {

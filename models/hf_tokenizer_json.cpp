@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "models/bpe_tokenizer.h"
 #include "models/tokenizer.h"
 

@@ -6,7 +6,7 @@
 
 #include <new>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::models {
 namespace {

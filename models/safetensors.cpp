@@ -17,7 +17,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
+#include "common/error.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; a big-endian host would need byte swapping");

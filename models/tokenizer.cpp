@@ -8,7 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "models/utf8.h"
 
 namespace tandem::models {

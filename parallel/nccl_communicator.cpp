@@ -262,7 +262,7 @@ bool nccl_available() { return true; }
 
 #else  // built without CUDA + NCCL
 
-#include "core/error.h"
+#include "common/error.h"
 #include "parallel/communicator.h"
 
 namespace tandem::parallel {

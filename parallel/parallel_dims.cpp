@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::parallel {
 

@@ -1,7 +1,10 @@
 // Recipe loading, strict validation, --set overrides and the resolved-recipe round trip.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include "core/config.h"
+#include "fixtures.h"
 
 using namespace tandem;
 
@@ -19,7 +22,7 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
 }
 }  // namespace
 
-TEST_CASE("an empty recipe gets every default", "[config]") {
+TEST_CASE("a recipe text with no keys gets every default", "[config]") {
   const Config c = load("");
   CHECK(c.run.seed == 1);
   CHECK(c.parallel.dp == -1);
@@ -140,4 +143,28 @@ TEST_CASE("synthetic task digit range keys", "[config]") {
   CHECK(*load("tracks: {ar: {data: {max_digits: 4}}}").tracks.ar.data.max_digits == 4);
   CHECK_THAT(error_of("tracks: {ar: {data: {max_digits: 12}}}"), Catch::Contains("tracks.ar.data.max_digits: 12"));
   CHECK_THAT(error_of("tracks: {ar: {data: {min_digits: 5, max_digits: 3}}}"), Catch::Contains("must not exceed"));
+}
+
+TEST_CASE("tracks.image.algo.cfg_grad: full by default, cond_only accepted, anything else named", "[config]") {
+  CHECK(load("").tracks.image.algo.cfg_grad == CfgGrad::kFull);
+  const Config c = load("tracks: {image: {algo: {cfg_grad: cond_only}}}");
+  CHECK(c.tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);
+  CHECK(load(to_yaml(c)).tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);  // the resolved recipe keeps it
+  CHECK(load("", {"tracks.image.algo.cfg_grad=cond_only"}).tracks.image.algo.cfg_grad == CfgGrad::kCondOnly);
+  CHECK(error_of("tracks: {image: {algo: {cfg_grad: detached}}}") ==
+        "tracks.image.algo.cfg_grad: 'detached' is not one of full|cond_only");
+}
+
+TEST_CASE("a --config file with no keys is refused, naming the file; no --config runs the default", "[config]") {
+  test::TempDir dir("tandem_config");
+  for (const char* text : {"", "# all commented out\n#run: {steps: 3}\n", "\n   \n", "---\n# nothing\n"}) {
+    INFO("recipe text '" << text << "'");
+    std::ofstream(dir.file("r.yaml"), std::ios::trunc) << text;
+    CHECK_THROWS_WITH(load_config(dir.file("r.yaml"), {"run.steps=3"}),
+                      Catch::StartsWith(dir.file("r.yaml") + ": the recipe file has no keys"));
+  }
+  std::ofstream(dir.file("r.yaml"), std::ios::trunc) << "# one key is enough\nrun: {steps: 3}\n";
+  CHECK(load_config(dir.file("r.yaml"), {}).run.steps == 3);  // control
+  // Without --config the embedded quickstart recipe still applies.
+  CHECK(to_yaml(load_config("", {})) == to_yaml(load_config(TANDEM_CONFIGS_DIR "/quickstart.yaml", {})));
 }

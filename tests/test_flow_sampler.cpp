@@ -110,12 +110,14 @@ TEST_CASE("transition_log_prob recomputes the rollout's log-probs bitwise (ratio
       const int64_t b = static_cast<int64_t>(s.size());
       const double sigma_max = r.sigmas[1].item<double>();
       for (int64_t j = 0; j < o.steps; ++j) {
-        const SdeStepResult st = transition_log_prob(
-            *model, r.latents.select(1, j), r.latents.select(1, j + 1), r.sigmas[j].expand({b}),
-            r.sigmas[j + 1].expand({b}), labels_for(s), o.noise_level, sigma_max, cfg);
-        CHECK(st.log_prob.requires_grad());
-        CHECK(torch::equal(st.log_prob.detach(), r.log_probs.select(1, j)));
-        CHECK(torch::exp(st.log_prob.detach() - r.log_probs.select(1, j)).eq(1).all().item<bool>());
+        for (const bool uncond_grad : {true, false}) {
+          const SdeStepResult st = transition_log_prob(
+              *model, r.latents.select(1, j), r.latents.select(1, j + 1), r.sigmas[j].expand({b}),
+              r.sigmas[j + 1].expand({b}), labels_for(s), o.noise_level, sigma_max, cfg, uncond_grad);
+          CHECK(st.log_prob.requires_grad());
+          CHECK(torch::equal(st.log_prob.detach(), r.log_probs.select(1, j)));
+          CHECK(torch::exp(st.log_prob.detach() - r.log_probs.select(1, j)).eq(1).all().item<bool>());
+        }
       }
     }
   }
@@ -142,6 +144,60 @@ TEST_CASE("transition_log_prob: per-sample timesteps and gradients into the mode
           Approx(r.log_probs[static_cast<int64_t>(i)][steps[i]].item<double>()).epsilon(1e-12));
   st.log_prob.sum().backward();
   CHECK(model->final_layer->linear->weight.grad().abs().sum().item<double>() > 0);
+}
+
+namespace {
+
+// Every parameter's gradient of `loss`, flattened into one vector.
+torch::Tensor gradient_of(Dit& model, const torch::Tensor& loss) {
+  model->zero_grad();
+  loss.backward();
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model->parameters())
+    flat.push_back(p.grad().defined() ? p.grad().flatten().clone() : torch::zeros({p.numel()}, p.options()));
+  return torch::cat(flat);
+}
+
+double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("guided velocity gradient: full is the formula's, cond_only the formula's with v_uncond detached",
+          "[flow_sde]") {
+  Dit model = perturbed_dit(torch::kFloat64, 21);
+  const torch::Tensor x = torch::randn({3, 3, 8, 8}, torch::kFloat64);  // (B, C, H, W)
+  const torch::Tensor w = torch::randn({3, 3, 8, 8}, torch::kFloat64);  // (B, C, H, W) upstream gradient
+  const torch::Tensor s = torch::rand({3}, torch::kFloat64);            // (B)
+  const torch::Tensor y = torch::tensor({0, 2, 1}), null = torch::full({3}, model->config().null_class());  // (B)
+  const double g = 4.0;
+  // The reference: two separate forwards and the formula written out.
+  auto reference = [&](bool detach_uncond) {
+    const torch::Tensor cond = model->forward(x, s, y);  // (B, C, H, W)
+    torch::Tensor uncond;
+    if (detach_uncond) {
+      torch::NoGradGuard no_grad;
+      uncond = model->forward(x, s, null);
+    } else {
+      uncond = model->forward(x, s, null);
+    }
+    return gradient_of(model, ((uncond + g * (cond - uncond)) * w).sum());
+  };
+  const torch::Tensor want_full = reference(false), want_cond_only = reference(true);
+  const torch::Tensor v_full = guided_velocity(*model, x, s, y, g, /*uncond_grad=*/true);
+  const torch::Tensor full = gradient_of(model, (v_full * w).sum());
+  const torch::Tensor v_cond_only = guided_velocity(*model, x, s, y, g, /*uncond_grad=*/false);
+  const torch::Tensor cond_only = gradient_of(model, (v_cond_only * w).sum());
+  CHECK(torch::equal(v_full.detach(), v_cond_only.detach()));  // the choice changes gradients, never values
+  CHECK(rel_diff(full, want_full) < 1e-12);
+  CHECK(rel_diff(cond_only, want_cond_only) < 1e-12);
+  // cond_only is g times the conditional pass's own gradient.
+  CHECK(rel_diff(cond_only, gradient_of(model, (g * model->forward(x, s, y) * w).sum())) < 1e-12);
+  // Control: the unconditional pass's (1 - g) share is far from nothing, so the two differ.
+  CHECK(rel_diff(cond_only, want_full) > 1e-2);
+  // The default is the full gradient (the previous behaviour).
+  CHECK(rel_diff(gradient_of(model, (guided_velocity(*model, x, s, y, g) * w).sum()), want_full) < 1e-12);
 }
 
 TEST_CASE("bfloat16 model: latents and log-probs stay float32", "[flow_sde]") {

@@ -5,8 +5,8 @@
 
 #include <iostream>
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/image_io.h"
 #include "core/rewards/image_rewards.h"
 #include "core/rewards/shape_classifier.h"

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/tasks/jsonl_dataset.h"
 #include "core/tasks/task_factory.h"
 

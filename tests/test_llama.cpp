@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "fixtures.h"
 #include "llama_test_util.h"
 #include "models/llama/model.h"

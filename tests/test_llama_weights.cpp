@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "fixtures.h"
 #include "llama_test_util.h"
 #include "models/llama/weights.h"

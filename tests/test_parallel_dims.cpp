@@ -1,7 +1,7 @@
 // ParallelDims: inference of dp, the rank layout (tp fastest), and the layouts that must fail.
 #include <catch2/catch.hpp>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "parallel/parallel_dims.h"
 
 using tandem::UserError;

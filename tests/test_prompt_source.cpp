@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <set>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/tasks/dataset_source.h"
 #include "core/tasks/prompt_source.h"
 #include "core/tasks/synthetic.h"

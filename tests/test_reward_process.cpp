@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/rewards/reward_process.h"
 
 using namespace tandem;

@@ -2,8 +2,8 @@
 // (GSM8K "####" answers, thousands separators) and the reward factory's names.
 #include <catch2/catch.hpp>
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/rewards/math_answer.h"
 #include "core/rewards/reward_factory.h"
 #include "core/rewards/text_match.h"

@@ -13,7 +13,7 @@
 #include <random>
 #include <sstream>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "fixtures.h"
 #include "models/safetensors.h"
 

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <set>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "llama_test_util.h"
 #include "models/llama/model.h"
 #include "models/llama/next_token.h"

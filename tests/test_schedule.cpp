@@ -4,7 +4,7 @@
 #include <random>
 #include <set>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/schedule.h"
 
 using namespace tandem;

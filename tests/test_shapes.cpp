@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/tasks/shapes.h"
 
 using namespace tandem;

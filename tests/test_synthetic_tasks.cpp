@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/tasks/synthetic.h"
 #include "models/tokenizer.h"
 

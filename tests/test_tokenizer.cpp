@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "models/tokenizer.h"
 #include "fixtures.h"
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/image_io.h"
 #include "core/rewards/shape_classifier.h"
 

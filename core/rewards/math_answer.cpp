@@ -4,7 +4,7 @@
 #include <locale>
 #include <sstream>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/rewards/text_match.h"
 
 namespace tandem::rewards {

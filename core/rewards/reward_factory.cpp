@@ -1,8 +1,8 @@
 // The name -> implementation table for AR rewards.
 #include "core/rewards/reward_factory.h"
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/rewards/math_answer.h"
 #include "core/rewards/reward_process.h"
 #include "core/rewards/text_match.h"

@@ -20,7 +20,7 @@
 #include <system_error>
 #include <thread>
 
-#include "core/error.h"
+#include "common/error.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <utility>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/tasks/det_rng.h"
 
 namespace tandem::tasks {

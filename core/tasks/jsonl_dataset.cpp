@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::tasks {
 

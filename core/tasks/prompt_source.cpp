@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::tasks {
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/image_io.h"
 #include "core/tasks/det_rng.h"
 

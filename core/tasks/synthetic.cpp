@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "core/tasks/det_rng.h"
 
 namespace tandem::tasks {

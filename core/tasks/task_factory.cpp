@@ -1,8 +1,8 @@
 // The name -> implementation table for AR prompt sources.
 #include "core/tasks/task_factory.h"
 
+#include "common/error.h"
 #include "core/config.h"
-#include "core/error.h"
 #include "core/tasks/dataset_source.h"
 #include "core/tasks/jsonl_dataset.h"
 

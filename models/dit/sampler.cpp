@@ -78,7 +78,7 @@ torch::Tensor NoiseStreams::draw(at::IntArrayRef shape, const torch::TensorOptio
 }
 
 torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
-                              const torch::Tensor& labels, double cfg) {
+                              const torch::Tensor& labels, double cfg, bool uncond_grad) {
   if (cfg == 1.0) return model.forward(x, sigma, labels);  // (B, C, H, W)
   const torch::Tensor null_labels = torch::full_like(labels, model.config().null_class());
   const torch::Tensor v = model.forward(torch::cat({x, x}), torch::cat({sigma, sigma}),
@@ -86,7 +86,10 @@ torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torc
   // Combine in at least float32: the difference of two bfloat16 velocities is coarse.
   const torch::Dtype wide = model.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   const auto parts = v.to(wide).chunk(2, 0);
-  return parts[1] + cfg * (parts[0] - parts[1]);  // (B, C, H, W)
+  // Detaching the unconditional half of the same 2B-row forward (rather than a separate no-grad
+  // pass) keeps the values, and so the recomputed log-probs, bitwise equal to the sampler's.
+  const torch::Tensor uncond = uncond_grad ? parts[1] : parts[1].detach();  // (B, C, H, W)
+  return uncond + cfg * (parts[0] - uncond);  // (B, C, H, W)
 }
 
 SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
@@ -120,10 +123,11 @@ torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std:
 
 SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const torch::Tensor& x_next,
                                   const torch::Tensor& sigma, const torch::Tensor& sigma_next,
-                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg) {
+                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
+                                  bool uncond_grad) {
   const torch::TensorOptions opts = step_options(model);
   const torch::Tensor s = sigma.to(opts), s_next = sigma_next.to(opts);  // (B)
-  const torch::Tensor v = guided_velocity(model, x, s, labels.to(model.device()), cfg);
+  const torch::Tensor v = guided_velocity(model, x, s, labels.to(model.device()), cfg, uncond_grad);
   return sde_step(x, v, s, s_next, noise_level, sigma_max, x_next, SdeGiven::kPrev);
 }
 

@@ -60,8 +60,10 @@ struct SdeRollout {
 
 // v = v_uncond + cfg (v_cond - v_uncond) from one forward over 2B rows (conditional rows first);
 // cfg == 1 runs the conditional rows only. x (B, C, H, W), sigma (B), labels (B) -> (B, C, H, W).
+// uncond_grad false detaches v_uncond: the gradient reaches the conditional pass only (cfg times
+// its share), while the values stay bitwise those of uncond_grad true.
 torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
-                              const torch::Tensor& labels, double cfg);
+                              const torch::Tensor& labels, double cfg, bool uncond_grad = true);
 
 // SDE rollout of labels (B) with noise keys (B), batched over samples, without gradients. The
 // initial noise is each stream's first draw, step i's eps its (i + 2)-th.
@@ -75,9 +77,10 @@ torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std:
 // What training recomputes: the transition x (sigma) -> x_next (sigma_next) of stored trajectory
 // points under the current weights, with gradients through the mean. x, x_next (B, C, H, W);
 // sigma, sigma_next, labels (B); sigma_max = the schedule's sigma_1. With the sampler's weights and
-// batch layout its log_prob equals the sampler's bitwise.
+// batch layout its log_prob equals the sampler's bitwise, whatever uncond_grad (guided_velocity).
 SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const torch::Tensor& x_next,
                                   const torch::Tensor& sigma, const torch::Tensor& sigma_next,
-                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg);
+                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
+                                  bool uncond_grad = true);
 
 }  // namespace tandem::models

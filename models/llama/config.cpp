@@ -1,7 +1,7 @@
 // HF config.json <-> LlamaConfig, strict about every field it reads and every feature it lacks.
 #include "models/llama/config.h"
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::models {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "core/error.h"
+#include "common/error.h"
 #include "models/llama/model.h"
 #include "models/llama/next_token.h"
 

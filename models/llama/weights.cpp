@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
+#include "common/error.h"
 
 namespace tandem::models {
 

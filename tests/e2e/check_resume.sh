@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Resume is exact: 6 steps straight vs 3 steps, SIGKILL, --resume auto, 3 more -> identical
 # metrics lines (all but timing). And a SIGKILL during the step-6 checkpoint write resumes from
-# the step-3 checkpoint and still ends identical.
+# the step-3 checkpoint and still ends identical. A checkpoint damaged after it was written is
+# refused by `ckpt info` and a named --resume (exit 2, naming the file), and --resume auto falls
+# back past it to step 3 and still ends identical.
 set -u
 tandem=$1; mpirun=$2; recipe=$3; here=$(dirname "$0")
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -24,11 +26,28 @@ run --set run.name=torn --resume auto >"$out/t2.log" 2>&1 || { echo "FAIL resume
 grep -q "resume: .*step_000003 at step 3" "$out/t2.log" || { echo "FAIL: torn run did not resume from step 3"; fail=1; }
 /usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/torn/metrics.jsonl" || fail=1
 
+cp -r "$out/straight" "$out/damaged"
+model="$out/damaged/checkpoints/step_000006/ar_model/model.safetensors"
+/usr/bin/python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-5] ^= 1; open(sys.argv[1], 'wb').write(b)" "$model"
+"$tandem" ckpt info "$out/straight" >"$out/info_ok.log" 2>&1 && grep -q "^integrity: ok, " "$out/info_ok.log" \
+  || { echo "FAIL: ckpt info on an intact checkpoint"; cat "$out/info_ok.log"; fail=1; }
+"$tandem" ckpt info "$out/damaged" >"$out/info_bad.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "damaged checkpoint: ar_model/model.safetensors: contents changed" "$out/info_bad.log" \
+  || { echo "FAIL: ckpt info on a damaged checkpoint: exit $rc"; cat "$out/info_bad.log"; fail=1; }
+run --set run.name=damaged --resume "$out/damaged/checkpoints/step_000006" >"$out/d1.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "damaged checkpoint: ar_model/model.safetensors" "$out/d1.log" \
+  || { echo "FAIL: named damaged resume: exit $rc"; tail -5 "$out/d1.log"; fail=1; }
+run --set run.name=damaged --resume auto >"$out/d2.log" 2>&1 || { echo "FAIL resume past damage"; tail -30 "$out/d2.log"; exit 1; }
+grep -q "skipping damaged checkpoint .*step_000006 (ar_model/model.safetensors: .*; using .*step_000003" "$out/d2.log" \
+  || { echo "FAIL: no warning naming the damaged file"; fail=1; }
+grep -q "resume: .*step_000003 at step 3" "$out/d2.log" || { echo "FAIL: damaged run did not resume from step 3"; fail=1; }
+/usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/damaged/metrics.jsonl" || fail=1
+
 # Starting over a run that has checkpoints, without --resume, is refused (no lost data).
 run --set run.name=straight >"$out/again.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "already holds checkpoints" "$out/again.log" || { echo "FAIL: rerun without --resume: exit $rc"; fail=1; }
 # An incompatible recipe is refused on resume.
 run --set run.name=straight --set tracks.ar.model.hidden_size=48 --resume auto >"$out/incompat.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "differs in model or tokenizer" "$out/incompat.log" || { echo "FAIL: incompatible resume: exit $rc"; fail=1; }
-[ $fail -eq 0 ] && echo "ok: resume exact after SIGKILL and after a torn checkpoint write"
+[ $fail -eq 0 ] && echo "ok: resume exact after SIGKILL, a torn checkpoint write and a damaged checkpoint"
 exit $fail

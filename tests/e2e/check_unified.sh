@@ -2,7 +2,9 @@
 # The unified step: both tracks train in one run on 2 ranks, each with its own micro geometry
 # (reported in metrics); per-track overrides left null equal the shared value set explicitly
 # (identical metrics and bitwise-identical final weights); the first FlowGRPO update's ratio is 1;
-# the image track writes PNG sample grids; resume of a unified run is exact.
+# the image track writes PNG sample grids; resume of a unified run is exact. With guidance
+# (cfg 3), tracks.image.algo.cfg_grad reaches training: the same rollout and a first ratio of 1
+# under both choices, different gradients.
 set -u
 tandem=$1; mpirun=$2; recipe=$3; here=$(dirname "$0")
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -33,4 +35,17 @@ ls "$out/own/samples/"*.png >/dev/null 2>&1 && echo "ok: PNG sample grids writte
 TANDEM_TEST_KILL=after_step:2 run --set run.name=killed >"$out/k1.log" 2>&1
 run --set run.name=killed --resume auto >"$out/k2.log" 2>&1 || { echo "FAIL unified resume"; tail -30 "$out/k2.log"; exit 1; }
 /usr/bin/python3 "$here/compare_metrics.py" "$out/shared/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
+for g in full cond_only; do
+  run --set run.name=cfg_$g --set tracks.ar.enabled=false --set run.steps=1 --set tracks.image.sampler.cfg=3.0 \
+      --set tracks.image.algo.cfg_grad=$g >"$out/cfg_$g.log" 2>&1 || { echo "FAIL cfg_grad $g run"; tail -30 "$out/cfg_$g.log"; exit 1; }
+done
+/usr/bin/python3 - "$out/cfg_full/metrics.jsonl" "$out/cfg_cond_only/metrics.jsonl" <<'PY' || fail=1
+import json, sys
+full, cond = (json.loads(open(p).readline()) for p in sys.argv[1:])
+print(f"cfg_grad: grad_norm full {full['grad_norm']:.6g}, cond_only {cond['grad_norm']:.6g}")
+assert full["image/reward/mean"] == cond["image/reward/mean"], "the rollout differs"
+assert full["image/pg/first_ratio_max_dev"] == 0.0 and cond["image/pg/first_ratio_max_dev"] == 0.0
+assert abs(full["grad_norm"] - cond["grad_norm"]) > 1e-3 * full["grad_norm"], "cfg_grad did not change the gradient"
+print("ok: cfg_grad changes the gradient only")
+PY
 exit $fail
