@@ -103,8 +103,8 @@ int64_t matmul_params(models::LlamaForCausalLMImpl& model) {
 int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
   if (mpi.size() != 1) throw UserError("bench train runs on one process (no mpirun)");
-  const BatchLayout layout = parse_enum<BatchLayout>(a.layout).value_or(BatchLayout::kPacked);
-  if (!parse_enum<BatchLayout>(a.layout)) throw UserError("--layout must be packed, padded or auto");
+  const std::optional<BatchLayout> layout = parse_enum<BatchLayout>(a.layout);
+  if (!layout) throw UserError("--layout must be packed, padded or auto");
   if (a.steps < 1 || a.warmup < 0) throw UserError("--steps must be >= 1 and --warmup >= 0");
   if (a.micro_batch_size && a.max_tokens_per_micro)
     throw UserError("give --micro-batch-size or --max-tokens-per-micro, not both");
@@ -124,7 +124,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   so.micro_batch_size = a.micro_batch_size;
   so.max_tokens_per_micro = a.max_tokens_per_micro;
   if (!so.micro_batch_size && !so.max_tokens_per_micro) so.micro_batch_size = static_cast<int64_t>(samples.size());
-  so.layout = layout;
+  so.layout = *layout;
   so.l_norm = static_cast<double>(max_len);
   const Schedule schedule = build_schedule(costs, so);
   const std::vector<MicroBatch>& micros = schedule.minis[0].ranks[0].micros;
