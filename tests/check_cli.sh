@@ -30,5 +30,16 @@ expect_rc 0 "bench rollout (tiny)" "$tandem" "${tiny_rollout[@]}"
 "$tandem" "${tiny_rollout[@]}" | grep -q '"kv_cache_speedup".*"continuous_speedup"' \
   || { echo "FAIL bench rollout JSON"; fail=1; }
 expect_rc 2 "bench rollout --batch 0" "$tandem" bench rollout --batch 0
-rm -f /tmp/tandem_cli_out.$$ /tmp/tandem_resolved.$$.yaml
+# bench train: a tiny workload prints the step figures; bad length files and flags exit 2.
+printf '6\n9\n9\n4\n' > /tmp/tandem_lengths.$$
+tiny_train=(bench train --lengths /tmp/tandem_lengths.$$ --hidden 32 --layers 1 --heads 2 --vocab 16
+            --layout auto --micro-batch-size 2 --steps 1 --warmup 0 --threads 1)
+expect_rc 0 "bench train (tiny)" "$tandem" "${tiny_train[@]}"
+"$tandem" "${tiny_train[@]}" | grep -q '"mfu".*"tokens_per_s".*"padded_micros":1' \
+  || { echo "FAIL bench train JSON (one padding-free micro of the two)"; fail=1; }
+printf '6\nabc\n' > /tmp/tandem_lengths_bad.$$
+expect_rc 2 "bench train bad lengths file" "$tandem" bench train --lengths /tmp/tandem_lengths_bad.$$
+expect_rc 2 "bench train missing lengths file" "$tandem" bench train --lengths /nonexistent
+expect_rc 2 "bench train --layout bogus" "$tandem" bench train --lengths /tmp/tandem_lengths.$$ --layout bogus
+rm -f /tmp/tandem_cli_out.$$ /tmp/tandem_resolved.$$.yaml /tmp/tandem_lengths.$$ /tmp/tandem_lengths_bad.$$
 exit $fail
