@@ -7,6 +7,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/config.h"
+#include "core/rollout_worker.h"
 #include "core/trainer.h"
 #include "parallel/communicator.h"
 #include "parallel/process_groups.h"
@@ -19,16 +20,34 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
   try {
     Config config = load_config(args.config_path, args.overrides);
     validate(config, mpi.size());
-    const auto dims = parallel::ParallelDims::resolve(config.parallel.dp, config.parallel.cp, config.parallel.tp, mpi.size());
-    parallel::ProcessGroups groups(MPI_COMM_WORLD, dims);
     const double timeout = config.parallel.timeout_s;
+    // parallel.rollout_ranks: the last ranks of the world only generate; the rest train, laid out
+    // as {dp, cp, tp} over their own communicator. The bridge (the whole world) joins the two.
+    const int64_t rollout_ranks = config.parallel.rollout_ranks;
+    const bool is_rollout = mpi.rank() >= mpi.size() - rollout_ranks;
+    MPI_Comm role = MPI_COMM_WORLD;
+    std::unique_ptr<parallel::Communicator> bridge;
+    if (rollout_ranks > 0) {
+      MPI_Comm_split(MPI_COMM_WORLD, is_rollout ? 1 : 0, mpi.rank(), &role);
+      bridge = parallel::make_mpi_communicator(MPI_COMM_WORLD, "bridge", timeout);
+    }
+    if (is_rollout) {
+      auto group = parallel::make_mpi_communicator(role, "rollout", timeout);
+      auto self = parallel::make_mpi_communicator(MPI_COMM_SELF, "self", timeout);
+      run_rollout_rank(config, RolloutComms{bridge.get(), group.get(), self.get()}, mpi.local_size());
+      return 0;
+    }
+    const auto dims = parallel::ParallelDims::resolve(config.parallel.dp, config.parallel.cp, config.parallel.tp,
+                                                      mpi.size() - rollout_ranks);
+    parallel::ProcessGroups groups(role, dims);
     using parallel::Axis;
     auto world = parallel::make_mpi_communicator(groups, Axis::kWorld, timeout);
     auto dp = parallel::make_mpi_communicator(groups, Axis::kDp, timeout);
     auto cp = parallel::make_mpi_communicator(groups, Axis::kCp, timeout);
     auto tp = parallel::make_mpi_communicator(groups, Axis::kTp, timeout);
     auto dp_cp = parallel::make_mpi_communicator(groups, Axis::kDpCp, timeout);
-    TrainerComms comms{world.get(), dp.get(), cp.get(), tp.get(), dp_cp.get(), tp.get(), cp.get(), dp_cp.get()};
+    TrainerComms comms{world.get(), dp.get(), cp.get(), tp.get(), dp_cp.get(), tp.get(), cp.get(), dp_cp.get(),
+                       bridge.get()};
     // On CUDA with NCCL available (backend auto|nccl), model tensors move over NCCL.
     std::unique_ptr<parallel::Communicator> nccl_tp, nccl_cp, nccl_grad;
     const bool cuda = config.run.device == Device::kCuda ||

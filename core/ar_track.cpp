@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "core/advantage.h"
 #include "core/rewards/reward_factory.h"
+#include "core/rollout_bridge.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
 #include "models/llama/sampler.h"
@@ -49,7 +50,8 @@ std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& d, int6
   return tasks::make_prompt_source(d.task, d.path, d.prompt_key, d.answer_key, d.shuffle, seed, synthetic);
 }
 
-ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype)
+ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+                 bool rollout_only)
     : config_(config), comms_(comms), device_(device), dtype_(dtype) {
   const ArTrackConfig& ar = config.tracks.ar;
   dp_rank_ = comms.dp->rank();
@@ -68,7 +70,7 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
     model->to(dtype);
   }
   model->to(device);
-  if (ar.algo.kl.coef > 0) {
+  if (ar.algo.kl.coef > 0 && !rollout_only) {
     models::LlamaForCausalLM ref(llama_config(ar.model), ctx, std::nullopt);
     ref->to(dtype);
     ref->to(device);
@@ -92,12 +94,19 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   update_.dtype = dtype;
   update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
   update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
+  update_.tis_cap = ar.algo.tis_cap;
 }
 
 std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
   const ArTrackConfig& ar = config_.tracks.ar;
+  return generate_groups(step, tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_),
+                         metrics);
+}
+
+std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
+                                               MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto shard = tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_);
   models::SamplingParams sp;
   sp.temperature = ar.rollout.temperature;
   sp.top_p = ar.rollout.top_p;
@@ -126,7 +135,7 @@ std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
       requests.push_back({ids, models::sample_seed(config_.run.seed, step, p.slot, k)});
   }
   const auto gens = models::generate(*policy_->model(), requests, sp);
-  metrics["time/generate_s"] = seconds_since(t0);
+  metrics["time/generate_s"] += seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<ArSample> samples;
   std::vector<rewards::RewardInput> inputs;
@@ -141,13 +150,14 @@ std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
       s.rollout_logp = g.logp;
       s.group_id = shard[j].slot;
       s.index = shard[j].slot * ar.rollout.group_size + k;
+      s.policy_version = policy_version_;
       inputs.push_back({shard[j].prompt.text, tokenizer_->decode(g.tokens, /*skip_special=*/true),
                         shard[j].prompt.answer, s.index});
       samples.push_back(std::move(s));
     }
   const std::vector<double> r = reward_->score(inputs);
   for (size_t i = 0; i < samples.size(); ++i) samples[i].reward = r[i];
-  metrics["time/reward_s"] = seconds_since(t1);
+  metrics["time/reward_s"] += seconds_since(t1);
   return samples;
 }
 
@@ -183,9 +193,7 @@ void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
   std::filesystem::rename(path + ".tmp", path);
 }
 
-void ArTrack::prepare(int64_t step, MetricMap& metrics) {
-  const ArTrackConfig& ar = config_.tracks.ar;
-  std::vector<ArSample> local = ar.rollout.replay_dir ? replay(step) : rollout(step, metrics);
+void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics) {
   // Rewards and lengths over all samples of the step (before any filtering).
   double stats[4] = {0, 0, 0, 0};  // n, sum r, sum r^2, sum response length
   double max_len = 0;
@@ -204,6 +212,111 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
   metrics["response/len_mean"] = n > 0 ? st[3].item<double>() / n : 0;
   metrics["response/len_max"] = mx.item<double>();
   metrics["rollout/samples"] = n;
+}
+
+void ArTrack::set_advantages(std::vector<ArSample>& local) const {
+  const ArAlgoConfig& algo = config_.tracks.ar.algo;
+  std::vector<double> rewards;
+  std::vector<int64_t> groups;
+  for (const auto& s : local) rewards.push_back(s.reward), groups.push_back(s.group_id);
+  AdvantageOptions ao;
+  ao.norm_by_std = algo.norm_by_std;
+  ao.eps = algo.adv_eps;
+  ao.clip = algo.adv_clip;
+  const torch::Tensor adv = grpo_advantages(torch::tensor(rewards, torch::kFloat64), torch::tensor(groups), ao);
+  for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+}
+
+ScheduleOptions ArTrack::schedule_options() const {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  ScheduleOptions so;
+  so.dp = dp_size_;
+  so.num_mini_batches = config_.train.num_mini_batches;
+  so.micro_batch_size = geometry_.micro_batch_size;
+  so.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
+  // cp shards packed micros only; tp and dp take either layout.
+  so.layout = comms_.model_cp != nullptr && comms_.model_cp->size() > 1 ? BatchLayout::kPacked : ar.layout;
+  return so;
+}
+
+void ArTrack::schedule_metrics(const ScheduleOptions& so, MetricMap& metrics) const {
+  const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
+  metrics["schedule/balance"] = ss.balance;
+  metrics["schedule/micros"] = static_cast<double>(ss.micros);
+  double padded = 0;
+  for (const auto& mini : schedule_.minis)
+    for (const auto& rank : mini.ranks)
+      for (const auto& micro : rank.micros) padded += micro.padded ? 1 : 0;
+  metrics["schedule/padded_micros"] = padded;
+}
+
+std::vector<ArSample> ArTrack::receive_rollout(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const auto t0 = std::chrono::steady_clock::now();
+  // The cursor advances exactly as on a colocated rank, so checkpoints resume the same stream.
+  const auto shard = tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_);
+  std::vector<ArSample> all = bridge_samples(*comms_.bridge, {});
+  std::vector<ArSample> local;
+  for (auto& s : all)
+    for (const auto& p : shard)
+      if (s.group_id == p.slot) local.push_back(std::move(s));
+  if (local.size() != shard.size() * static_cast<size_t>(ar.rollout.group_size))
+    throw std::logic_error("ArTrack: rollout ranks sent " + std::to_string(local.size()) + " samples for this rank, "
+                           "expected " + std::to_string(shard.size() * ar.rollout.group_size));
+  std::sort(local.begin(), local.end(), [](const ArSample& a, const ArSample& b) { return a.index < b.index; });
+  std::vector<int64_t> lags;
+  const int64_t dropped = drop_stale(local, step, ar.rollout.max_staleness, lags);
+  std::vector<double> counts(lags.begin(), lags.end());
+  counts.push_back(static_cast<double>(dropped));
+  torch::Tensor t = torch::tensor(counts, torch::kFloat64);
+  comms_.dp->all_reduce(t);
+  double lag_sum = 0, kept = 0;
+  for (size_t k = 0; k < lags.size(); ++k) {
+    metrics["rollout/lag_" + std::to_string(k)] = t[static_cast<int64_t>(k)].item<double>();
+    lag_sum += static_cast<double>(k) * t[static_cast<int64_t>(k)].item<double>();
+    kept += t[static_cast<int64_t>(k)].item<double>();
+  }
+  metrics["rollout/lag_mean"] = kept > 0 ? lag_sum / kept : 0;
+  metrics["rollout/stale_dropped"] = t[static_cast<int64_t>(lags.size())].item<double>();
+  metrics["time/wait_rollout_s"] = seconds_since(t0);
+  return local;
+}
+
+void ArTrack::publish_start(int64_t start_step) {
+  start_step_ = start_step;
+  policy_version_ = start_step;
+  nlohmann::json j{{"start_step", start_step}, {"data_cursor", prompts_->cursor()}};
+  bridge_string(*comms_.bridge, j.dump());
+  publish_weights(start_step);
+}
+
+void ArTrack::publish_weights(int64_t version) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bridge_weights(*comms_.bridge, policy_->parameters(), version, /*apply=*/false);
+  publish_s_ += seconds_since(t0);
+}
+
+void ArTrack::prepare(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  if (!comms_.bridge) policy_version_ = step;  // colocated: sampled by the weights about to train
+  publish_s_ = 0;
+  std::vector<ArSample> local;
+  if (config_.train.overlap) {
+    local = prepare_overlapped(step, metrics);
+    rollout_stats(local, metrics);
+    schedule_metrics(schedule_options(), metrics);
+    outcome_ = MicroOutcome{};
+    return;
+  }
+  if (comms_.bridge) {
+    local = receive_rollout(step, metrics);
+    const StalenessProtocol protocol{start_step_, config_.run.steps, ar.rollout.max_staleness};
+    if (protocol.publish_after_receive(step)) publish_weights(step);  // step t + 1 samples with these
+  } else {
+    local = ar.rollout.replay_dir ? replay(step) : rollout(step, metrics);
+  }
+  rollout_stats(local, metrics);
 
   if (!ar.rollout.replay_dir) {
     if (ar.algo.filter_zero_variance_groups) {
@@ -220,93 +333,82 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
       comms_.dp->all_reduce(dropped);
       metrics["rollout/filtered_samples"] = dropped.item<double>();
     }
-    std::vector<double> rewards;
-    std::vector<int64_t> groups;
-    for (const auto& s : local) rewards.push_back(s.reward), groups.push_back(s.group_id);
-    AdvantageOptions ao;
-    ao.norm_by_std = ar.algo.norm_by_std;
-    ao.eps = ar.algo.adv_eps;
-    ao.clip = ar.algo.adv_clip;
-    const torch::Tensor adv = grpo_advantages(torch::tensor(rewards, torch::kFloat64), torch::tensor(groups), ao);
-    for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+    set_advantages(local);
     if (ar.rollout.dump) dump(step, local);
   }
 
   const auto t0 = std::chrono::steady_clock::now();
   directory_ = gather_directory(local, *comms_.dp);
-  ScheduleOptions so;
-  so.dp = dp_size_;
-  so.num_mini_batches = config_.train.num_mini_batches;
-  so.micro_batch_size = geometry_.micro_batch_size;
-  so.max_tokens_per_micro = geometry_.max_tokens_per_micro;
-  so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
-  // cp shards packed micros only; tp and dp take either layout.
-  so.layout = comms_.model_cp != nullptr && comms_.model_cp->size() > 1 ? BatchLayout::kPacked : ar.layout;
+  const ScheduleOptions so = schedule_options();
   schedule_ = build_schedule(directory_.costs, so);
   mine_ = exchange_samples(local, directory_, destinations(schedule_, directory_.ids.size()), *comms_.dp);
-  const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
-  metrics["schedule/balance"] = ss.balance;
-  metrics["schedule/micros"] = static_cast<double>(ss.micros);
-  double padded = 0;
-  for (const auto& mini : schedule_.minis)
-    for (const auto& rank : mini.ranks)
-      for (const auto& micro : rank.micros) padded += micro.padded ? 1 : 0;
-  metrics["schedule/padded_micros"] = padded;
+  schedule_metrics(so, metrics);
   metrics["time/exchange_s"] = seconds_since(t0);
 
   const auto t1 = std::chrono::steady_clock::now();
   old_logp_.clear();
-  if (ar.algo.old_logp == OldLogp::kRecompute) old_logp_ = forward_micros(*policy_, &metrics);
+  double entropy[2] = {0, 0};
+  if (ar.algo.old_logp == OldLogp::kRecompute) {
+    old_logp_ = forward_micros(*policy_, schedule_, directory_, mine_, entropy);
+    reduce_entropy(entropy, metrics);
+  }
   metrics["time/old_logp_s"] = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
   ref_logp_.clear();
-  if (reference_) ref_logp_ = forward_micros(*reference_, nullptr);
+  if (reference_) ref_logp_ = forward_micros(*reference_, schedule_, directory_, mine_, nullptr);
   metrics["time/ref_logp_s"] = seconds_since(t2);
   outcome_ = MicroOutcome{};
 }
 
-std::vector<const ArSample*> ArTrack::micro_samples(const MicroBatch& micro) const {
+std::vector<const ArSample*> samples_of(const MicroBatch& micro, const RolloutDirectory& directory,
+                                        const std::vector<ArSample>& mine) {
   std::vector<const ArSample*> out;
   for (int64_t position : micro.samples) {
-    const int64_t id = directory_.ids[position];
-    auto it = std::lower_bound(mine_.begin(), mine_.end(), id, [](const ArSample& s, int64_t v) { return s.index < v; });
-    if (it == mine_.end() || it->index != id) throw std::logic_error("ArTrack: scheduled sample missing after exchange");
+    const int64_t id = directory.ids[position];
+    auto it = std::lower_bound(mine.begin(), mine.end(), id, [](const ArSample& s, int64_t v) { return s.index < v; });
+    if (it == mine.end() || it->index != id) throw std::logic_error("ArTrack: scheduled sample missing after exchange");
     out.push_back(&*it);
   }
   return out;
 }
 
-std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(LlamaPolicy& policy, MetricMap* metrics) {
+std::vector<const ArSample*> ArTrack::micro_samples(const MicroBatch& micro) const {
+  return samples_of(micro, directory_, mine_);
+}
+
+std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(LlamaPolicy& policy, const Schedule& schedule,
+                                                                const RolloutDirectory& directory,
+                                                                const std::vector<ArSample>& mine, double* entropy) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<torch::Tensor>> out;
-  double ent_sum = 0, tokens = 0;
-  for (const auto& mini : schedule_.minis) {
+  for (const auto& mini : schedule.minis) {
     out.emplace_back();
     for (const auto& micro : mini.ranks[dp_rank_].micros) {
       // The training forward's own layout, so the first update's ratio is exactly 1.
       PolicyModel::Output o;
       torch::Tensor loss_mask;  // (N) or (B, T)
       if (micro.padded) {
-        const PaddedBatch b = collate_padded(micro_samples(micro), micro.denominators, dtype_);
-        o = policy.forward_padded(b, metrics != nullptr), loss_mask = b.loss_mask;
+        const PaddedBatch b = collate_padded(samples_of(micro, directory, mine), micro.denominators, dtype_);
+        o = policy.forward_padded(b, entropy != nullptr), loss_mask = b.loss_mask;
       } else {
-        const PackedBatch b = collate_packed(micro_samples(micro), micro.denominators, dtype_);
-        o = policy.forward_packed(b, metrics != nullptr), loss_mask = b.loss_mask;
+        const PackedBatch b = collate_packed(samples_of(micro, directory, mine), micro.denominators, dtype_);
+        o = policy.forward_packed(b, entropy != nullptr), loss_mask = b.loss_mask;
       }
       out.back().push_back(o.logp.detach());
-      if (metrics && o.entropy.defined()) {
+      if (entropy && o.entropy.defined()) {
         const torch::Tensor m = loss_mask.to(o.entropy.device()) != 0;
-        ent_sum += o.entropy.masked_select(m).sum().item<double>();
-        tokens += m.sum().item<double>();
+        entropy[0] += o.entropy.masked_select(m).sum().item<double>();
+        entropy[1] += m.sum().item<double>();
       }
     }
   }
-  if (metrics) {
-    torch::Tensor t = torch::tensor({ent_sum, tokens}, torch::kFloat64);
-    comms_.dp->all_reduce(t);
-    (*metrics)["entropy"] = t[1].item<double>() > 0 ? t[0].item<double>() / t[1].item<double>() : 0;
-  }
   return out;
+}
+
+void ArTrack::reduce_entropy(const double entropy[2], MetricMap& metrics) const {
+  torch::Tensor t = torch::tensor({entropy[0], entropy[1]}, torch::kFloat64);
+  comms_.dp->all_reduce(t);
+  metrics["entropy"] = t[1].item<double>() > 0 ? t[0].item<double>() / t[1].item<double>() : 0;
 }
 
 void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
@@ -328,7 +430,8 @@ void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
 void ArTrack::finish(MetricMap& metrics) {
   const MicroOutcome& o = outcome_;
   torch::Tensor t = torch::tensor({o.loss, o.stats.tokens, o.stats.clipped, o.stats.dual_clipped,
-                                   o.stats.approx_kl_sum, o.kl_sum, o.entropy_sum, o.samples},
+                                   o.stats.approx_kl_sum, o.kl_sum, o.entropy_sum, o.samples, o.tis_weight_sum,
+                                   o.tis_capped},
                                   torch::kFloat64);
   comms_.dp->all_reduce(t);
   torch::Tensor dev = torch::tensor({metrics["pg/first_ratio_max_dev"], o.ratio_max_dev}, torch::kFloat64);
@@ -344,6 +447,8 @@ void ArTrack::finish(MetricMap& metrics) {
   if (reference_) metrics["kl"] = per_token(5);
   if (config_.tracks.ar.algo.old_logp != OldLogp::kRecompute) metrics["entropy"] = per_token(6);
   metrics["train/action_tokens"] = tokens;
+  if (update_.tis_cap) metrics["tis/weight_mean"] = per_token(8), metrics["tis/capped_frac"] = per_token(9);
+  if (comms_.bridge) metrics["time/publish_weights_s"] = publish_s_;
   // Each action token is trained once per step; tp / cp peers count the same tokens once.
   metrics["perf/train_tokens_per_s"] = metrics["time/train_s"] > 0 ? tokens / metrics["time/train_s"] : 0;
 }

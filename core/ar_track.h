@@ -17,12 +17,19 @@
 
 namespace tandem {
 
+// The samples of `mine` (sorted by index) that `micro`'s directory positions name.
+std::vector<const ArSample*> samples_of(const MicroBatch& micro, const RolloutDirectory& directory,
+                                        const std::vector<ArSample>& mine);
+
 // The task's prompt stream for `seed`, with the recipe's digit range for synthetic tasks.
 std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& data, int64_t seed);
 
 class ArTrack final : public Track {
  public:
-  ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype);
+  // rollout_only: a rollout rank's copy (parallel.rollout_ranks): no reference model; its dp is
+  // the group of rollout ranks, which shard each step's prompts among themselves.
+  ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+          bool rollout_only = false);
   std::string name() const override { return "ar"; }
   std::vector<torch::Tensor> parameters() override { return policy_->parameters(); }
 
@@ -42,13 +49,38 @@ class ArTrack final : public Track {
   models::LlamaForCausalLM& model() { return policy_->model(); }
   const models::Tokenizer& tokenizer() const { return *tokenizer_; }
 
- private:
+  // This rank's share (over comms.dp) of `step`'s prompts: sampled and scored, no advantages.
   std::vector<ArSample> rollout(int64_t step, MetricMap& metrics);
+  // Disaggregated rollout (comms.bridge set), train side: the start step, data cursor and weights
+  // to the rollout ranks once, then the newest weights as `version` (rollout_bridge.h says when).
+  void publish_start(int64_t start_step);
+  void publish_weights(int64_t version);
+  double publish_seconds() const { return publish_s_; }  // this step's weight transfers
+  // The version stamped on samples this rank generates (rollout ranks set it on each receipt).
+  void set_policy_version(int64_t version) { policy_version_ = version; }
+
+ private:
+  struct Chunk;  // one mini-batch's groups under train.overlap (ar_overlap.cpp)
+  std::vector<ArSample> generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
+                                        MetricMap& metrics);
+  std::vector<ArSample> receive_rollout(int64_t step, MetricMap& metrics);
+  void rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics);
+  void set_advantages(std::vector<ArSample>& local) const;
+  ScheduleOptions schedule_options() const;
+  void schedule_metrics(const ScheduleOptions& options, MetricMap& metrics) const;
+  // train.overlap: generates mini-batch by mini-batch while a second thread runs each finished
+  // mini-batch's old / reference log-probs; leaves directory_, schedule_, mine_, old_logp_ and
+  // ref_logp_ exactly as the plain path would. Returns every local sample (for the metrics).
+  std::vector<ArSample> prepare_overlapped(int64_t step, MetricMap& metrics);
   std::vector<ArSample> replay(int64_t step);
   void dump(int64_t step, const std::vector<ArSample>& samples) const;
   std::vector<const ArSample*> micro_samples(const MicroBatch& micro) const;
-  // No-grad per-token log-probs of every micro of this rank under `policy`, (N) each.
-  std::vector<std::vector<torch::Tensor>> forward_micros(LlamaPolicy& policy, MetricMap* entropy_metrics);
+  // No-grad per-token log-probs of every micro of this rank in `schedule` under `policy`, (N)
+  // each; adds the entropy sum and its token count to `entropy` when given. No collectives.
+  std::vector<std::vector<torch::Tensor>> forward_micros(LlamaPolicy& policy, const Schedule& schedule,
+                                                         const RolloutDirectory& directory,
+                                                         const std::vector<ArSample>& mine, double* entropy);
+  void reduce_entropy(const double entropy[2], MetricMap& metrics) const;
 
   Config config_;
   TrainerComms comms_;
@@ -69,6 +101,8 @@ class ArTrack final : public Track {
   std::vector<std::vector<torch::Tensor>> old_logp_, ref_logp_;  // [mini][micro] (N)
   MicroOutcome outcome_;
   int64_t dp_rank_ = 0, dp_size_ = 1;
+  int64_t policy_version_ = 0, start_step_ = 0;
+  double publish_s_ = 0;
 };
 
 }  // namespace tandem

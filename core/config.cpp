@@ -147,6 +147,43 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
                     "tracks.ar.model.max_seq_len");
 }
 
+// train.overlap and parallel.rollout_ranks (hybrid-async rollout) and the staleness they allow.
+void validate_async(const Config& c) {
+  const ArTrackConfig& ar = c.tracks.ar;
+  if (c.train.overlap) {
+    require(ar.enabled, "train.overlap", "overlaps the AR track's rollout; enable tracks.ar or set it to false");
+    require(ar.algo.old_logp != OldLogp::kReuse, "train.overlap",
+            "cannot be combined with tracks.ar.algo.old_logp: reuse (there is no old-log-prob pass to overlap); "
+            "use old_logp: recompute or set train.overlap: false");
+    require(!ar.algo.filter_zero_variance_groups, "train.overlap",
+            "cannot be combined with tracks.ar.algo.filter_zero_variance_groups (filtering moves the mini-batch "
+            "boundaries after the whole step is sampled); set one of them to false");
+    require(ar.rollout.prompts_per_step % c.train.num_mini_batches == 0, "train.overlap",
+            "needs tracks.ar.rollout.prompts_per_step (" + std::to_string(ar.rollout.prompts_per_step) +
+                ") divisible by train.num_mini_batches (" + std::to_string(c.train.num_mini_batches) +
+                ") so that every mini-batch holds whole groups");
+    require(!ar.rollout.replay_dir, "train.overlap", "has nothing to overlap with tracks.ar.rollout.replay_dir");
+    require(c.parallel.tp == 1 && c.parallel.cp == 1, "train.overlap",
+            "needs parallel.tp: 1 and parallel.cp: 1 (the overlapped forward would share their communicators "
+            "with the sampler)");
+    require(c.parallel.rollout_ranks == 0, "train.overlap",
+            "cannot be combined with parallel.rollout_ranks > 0 (rollout ranks already overlap generation)");
+  }
+  if (c.parallel.rollout_ranks > 0) {
+    require(ar.enabled && !c.tracks.image.enabled, "parallel.rollout_ranks",
+            "disaggregated rollout serves the AR track alone; disable tracks.image or set rollout_ranks: 0");
+    require(c.parallel.tp == 1, "parallel.rollout_ranks",
+            "needs parallel.tp: 1 (rollout ranks hold the whole model, broadcast from train rank 0)");
+    require(!ar.rollout.replay_dir, "parallel.rollout_ranks", "has nothing to generate with tracks.ar.rollout.replay_dir");
+  }
+  require(ar.rollout.max_staleness == 0 || c.parallel.rollout_ranks > 0, "tracks.ar.rollout.max_staleness",
+          "only applies to disaggregated rollout; set parallel.rollout_ranks > 0 or max_staleness: 0");
+  require(ar.rollout.max_staleness == 0 || ar.algo.tis_cap, "tracks.ar.rollout.max_staleness",
+          std::to_string(ar.rollout.max_staleness) +
+              " trains on samples of older weights; set tracks.ar.algo.tis_cap (e.g. 2.0) so the loss corrects "
+              "for the stale behaviour policy, or use max_staleness: 0");
+}
+
 void validate_image(const Config& c) {
   const ImageTrackConfig& im = c.tracks.image;
   const ImageModelConfig& m = im.model;
@@ -174,7 +211,14 @@ void validate(const Config& c, int64_t world_size) {
           "no track is enabled; set tracks.ar.enabled or tracks.image.enabled to true");
   require(c.parallel.dp != 0, "parallel.dp", "0 is not a layout; use -1 to infer it");
   std::optional<parallel::ParallelDims> dims;
-  if (world_size > 0) dims = parallel::ParallelDims::resolve(c.parallel.dp, c.parallel.cp, c.parallel.tp, world_size);
+  if (world_size > 0) {
+    require(c.parallel.rollout_ranks < world_size, "parallel.rollout_ranks",
+            std::to_string(c.parallel.rollout_ranks) + " leaves no train rank in a world of " +
+                std::to_string(world_size) + "; launch more ranks or lower it");
+    dims = parallel::ParallelDims::resolve(c.parallel.dp, c.parallel.cp, c.parallel.tp,
+                                           world_size - c.parallel.rollout_ranks);
+  }
+  validate_async(c);
   if (c.tracks.ar.enabled) validate_ar(c, dims ? &*dims : nullptr);
   if (c.tracks.image.enabled) validate_image(c);
 }

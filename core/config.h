@@ -31,6 +31,9 @@ struct ParallelConfig {
   int64_t tp = 1;
   Backend backend = Backend::kAuto;
   double timeout_s = 300.0;
+  // > 0: the last rollout_ranks world ranks only generate (AR track) and the rest, laid out as
+  // {dp, cp, tp}, only train; samples and weights cross between them every step.
+  int64_t rollout_ranks = 0;
 };
 
 struct OptimConfig {
@@ -50,6 +53,9 @@ struct TrainConfig {
   std::optional<int64_t> micro_batch_size = 4;
   std::optional<int64_t> max_tokens_per_micro;
   LossAggMode loss_agg_mode = LossAggMode::kTokenMean;
+  // AR track: old / reference log-probs of each finished mini-batch's groups run on a second
+  // thread while the sampler produces the next mini-batch's groups (same numbers as false).
+  bool overlap = false;
 };
 
 struct RewardConfig {
@@ -101,6 +107,9 @@ struct ArRolloutConfig {
   std::vector<std::string> stop;
   bool dump = false;
   std::optional<std::string> replay_dir;
+  // With parallel.rollout_ranks > 0: how many policy versions a sample may lag the weights it
+  // trains (0: rollout waits for every update, the colocated numbers). Older samples are dropped.
+  int64_t max_staleness = 0;
 };
 
 struct ArKlConfig {
@@ -121,6 +130,10 @@ struct ArAlgoConfig {
   OldLogp old_logp = OldLogp::kRecompute;
   bool filter_zero_variance_groups = false;
   std::optional<int64_t> loss_norm_len;  // null: rollout.max_new_tokens
+  // Truncated importance sampling: each token's policy loss is scaled by
+  // min(exp(old_logp - rollout_logp), tis_cap), correcting for a behaviour (rollout) policy that
+  // is not the old policy (stale weights). null: off.
+  std::optional<double> tis_cap;
 };
 
 // Supervised warm-start on the task's reference answers before RL (off by default). Built-in

@@ -45,6 +45,7 @@ template <class V> void visit(V& v, ParallelConfig& c) {
   v.field("tp", c.tp, at_least(1));
   v.field("backend", c.backend);
   v.field("timeout_s", c.timeout_s, above(0));
+  v.field("rollout_ranks", c.rollout_ranks, at_least(0, "0: every rank generates and trains"));
 }
 
 template <class V> void visit(V& v, OptimConfig& c) {
@@ -62,6 +63,7 @@ template <class V> void visit(V& v, TrainConfig& c) {
   v.field("micro_batch_size", c.micro_batch_size, at_least(1));
   v.field("max_tokens_per_micro", c.max_tokens_per_micro, at_least(1));
   v.field("loss_agg_mode", c.loss_agg_mode);
+  v.field("overlap", c.overlap);
 }
 
 template <class V> void visit(V& v, RewardConfig& c) {
@@ -112,6 +114,7 @@ template <class V> void visit(V& v, ArRolloutConfig& c) {
   v.field("stop", c.stop);
   v.field("dump", c.dump);
   v.field("replay_dir", c.replay_dir);
+  v.field("max_staleness", c.max_staleness, at_least(0, "0 waits for every update"));
 }
 
 template <class V> void visit(V& v, ArKlConfig& c) {
@@ -132,6 +135,7 @@ template <class V> void visit(V& v, ArAlgoConfig& c) {
   v.field("old_logp", c.old_logp);
   v.field("filter_zero_variance_groups", c.filter_zero_variance_groups);
   v.field("loss_norm_len", c.loss_norm_len, at_least(1));
+  v.field("tis_cap", c.tis_cap, above(0));
 }
 
 template <class V> void visit(V& v, ArWarmstartConfig& c) {

@@ -75,6 +75,7 @@ std::vector<uint8_t> serialize_samples(const std::vector<const ArSample*>& sampl
     put_array(out, s->tokens);
     put_array(out, s->response_mask);
     put_array(out, s->rollout_logp);
+    put<int64_t>(out, s->policy_version);
   }
   return out;
 }
@@ -92,6 +93,7 @@ std::vector<ArSample> deserialize_samples(const uint8_t* data, size_t size) {
     s.tokens = r.get_array<int64_t>();
     s.response_mask = r.get_array<uint8_t>();
     s.rollout_logp = r.get_array<double>();
+    s.policy_version = r.get<int64_t>();
     check_sample(s);
     out.push_back(std::move(s));
   }

@@ -20,6 +20,8 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
   entropy_sum += o.entropy_sum;
   samples += o.samples;
   ratio_max_dev = std::max(ratio_max_dev, o.ratio_max_dev);
+  tis_weight_sum += o.tis_weight_sum;
+  tis_capped += o.tis_capped;
   forward_s += o.forward_s;
   backward_s += o.backward_s;
   zero_denominator = zero_denominator || o.zero_denominator;
@@ -31,13 +33,14 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
                          const torch::Tensor& ref_logp) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool want_entropy = o.entropy_coef != 0 || o.report_entropy;
-  torch::Tensor logp, entropy, mask, adv, old, seq_index;  // all (T) flat
+  torch::Tensor logp, entropy, mask, adv, old, rollout, seq_index;  // all (T) flat
   if (o.packed) {
     const PackedBatch b = collate_packed(samples, denominators, o.dtype);
     const PolicyModel::Output out = model.forward_packed(b, want_entropy);
     logp = out.logp, entropy = out.entropy;
     mask = b.loss_mask, adv = b.advantages, seq_index = b.seq_index;
     old = old_logp.defined() ? old_logp : b.rollout_logp;
+    rollout = b.rollout_logp;
   } else {
     const PaddedBatch b = collate_padded(samples, denominators, o.dtype);
     const PolicyModel::Output out = model.forward_padded(b, want_entropy);
@@ -47,6 +50,7 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
     mask = b.loss_mask.reshape({-1});
     adv = b.advantages.reshape({-1});
     old = (old_logp.defined() ? old_logp : b.rollout_logp).reshape({-1});
+    rollout = b.rollout_logp.reshape({-1});
     seq_index = torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}).reshape({-1});
   }
   // Host-collated fields follow the model's outputs to their device (a no-op on CPU).
@@ -57,6 +61,14 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   torch::Tensor per_token = pl.loss;  // (T)
   MicroOutcome out;
   const torch::Tensor m = mask != 0;
+  if (o.tis_cap) {
+    // Detached: the weight corrects the sampling distribution, it is not trained through.
+    const torch::Tensor raw = torch::exp(old.detach() - rollout.to(logp.device()).to(old.scalar_type()));  // (T)
+    const torch::Tensor w = torch::where(m, raw.clamp_max(*o.tis_cap), torch::ones_like(raw));  // (T)
+    per_token = per_token * w.to(per_token.scalar_type());
+    out.tis_weight_sum = w.masked_select(m).sum().item<double>();
+    out.tis_capped = (m & (raw > *o.tis_cap)).sum().item<double>();
+  }
   if (ref_logp.defined() && o.kl_coef != 0) {
     const torch::Tensor kl = kl_penalty(logp, ref_logp.reshape({-1}).to(logp.device()), o.kl_estimator);
     per_token = per_token + o.kl_coef * kl;

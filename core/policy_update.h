@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 #include "core/collate.h"
@@ -38,6 +39,9 @@ struct UpdateOptions {
   double loss_weight = 1;       // the track's weight in a unified step (scales the gradient only)
   bool reuse_old_logp = false;  // old_logp = the training forward's own detached log-probs
   bool report_entropy = false;  // compute entropy for metrics even when entropy_coef is 0
+  // Truncated importance sampling: the policy loss of each token times the detached weight
+  // min(exp(old_logp - rollout_logp), tis_cap) (the sampler's log-probs are the behaviour policy).
+  std::optional<double> tis_cap;
 };
 
 // Sums over micros and ranks (add them, then divide where a mean is wanted).
@@ -48,6 +52,8 @@ struct MicroOutcome {
   double entropy_sum = 0;    // sum over action tokens of the entropy
   double samples = 0;
   double ratio_max_dev = 0;  // max over action tokens of |ratio - 1| (a max, not a sum)
+  double tis_weight_sum = 0; // sum over action tokens of the TIS weight (tis_cap set)
+  double tis_capped = 0;     // action tokens whose weight hit the cap
   double forward_s = 0;      // wall time of collate, forward and loss (timing only)
   double backward_s = 0;     // wall time of the backward
   bool zero_denominator = false;

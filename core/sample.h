@@ -22,6 +22,7 @@ struct ArSample {
   double advantage = 0;
   int64_t group_id = 0;                 // shared by the samples of one prompt
   int64_t index = 0;                    // position in the step's rollout (stable id)
+  int64_t policy_version = 0;           // optimizer updates (steps) the sampling weights had seen
 
   int64_t length() const { return static_cast<int64_t>(tokens.size()); }
   int64_t response_len() const { return length() - prompt_len; }

@@ -27,6 +27,9 @@ struct TrainerComms {
   parallel::Communicator* model_tp = nullptr;  // tensor-parallel layers
   parallel::Communicator* model_cp = nullptr;  // context-parallel attention
   parallel::Communicator* grad = nullptr;      // gradients are summed over dp x cp here
+  // parallel.rollout_ranks > 0: every rank of the job, train and rollout (samples and weights
+  // cross here; rollout_bridge.h). Null when every rank does both.
+  parallel::Communicator* bridge = nullptr;
 };
 
 class Track {

@@ -23,6 +23,7 @@
 #include "core/image_track.h"
 #include "core/lr_schedule.h"
 #include "core/policy_update.h"
+#include "core/rollout_bridge.h"
 
 namespace fs = std::filesystem;
 
@@ -235,6 +236,10 @@ struct Trainer::Impl {
       grad_norm += out.grad_norm / static_cast<double>(minis);
       skipped += out.applied ? 0 : 1;
     }
+    if (comms.bridge) {
+      const StalenessProtocol protocol{start_step, config.run.steps, config.tracks.ar.rollout.max_staleness};
+      if (protocol.publish_after_update(step)) ar_track()->publish_weights(step + 1);  // timed in its metrics
+    }
     MetricMap m;
     for (size_t i = 0; i < tracks.size(); ++i) {
       tracks[i]->finish(per_track[i]);
@@ -245,6 +250,12 @@ struct Trainer::Impl {
     m["steps/skipped_updates"] = skipped;
     m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return m;
+  }
+
+  ArTrack* ar_track() {
+    for (auto& t : tracks)
+      if (auto* ar = dynamic_cast<ArTrack*>(t.get())) return ar;
+    return nullptr;
   }
 
   void log_progress(int64_t completed, const MetricMap& m, double elapsed_s, int64_t steps_done) {
@@ -281,6 +292,8 @@ struct Trainer::Impl {
     if (start_step == 0)
       for (auto& t : tracks)
         if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
+    // Rollout ranks start from exactly these weights, step and data cursor (rollout_bridge.h).
+    if (comms.bridge) ar_track()->publish_start(start_step);
     if (rank0) metrics = std::make_unique<MetricsWriter>(run_dir, start_step);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = start_step; s < config.run.steps; ++s) {

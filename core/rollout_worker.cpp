@@ -1,0 +1,73 @@
+// The rollout rank's loop (see rollout_bridge.h for the order of the crossings).
+#include "core/rollout_worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "core/ar_track.h"
+#include "core/cpu_threads.h"
+#include "core/rollout_bridge.h"
+
+namespace tandem {
+
+namespace {
+
+// TANDEM_TEST_KILL=rollout:<step> SIGKILLs the first rollout rank before it generates <step>
+// (tests/mpi/check_faults.sh); unset in normal runs.
+void maybe_kill(int64_t group_rank, int64_t step) {
+  static const char* spec = std::getenv("TANDEM_TEST_KILL");
+  if (!spec || group_rank != 0) return;
+  const std::string s(spec);
+  if (s.rfind("rollout:", 0) != 0 || std::stoll(s.substr(8)) != step) return;
+  std::fprintf(stderr, "tandem: TANDEM_TEST_KILL=%s: killing rollout rank 0\n", spec);
+  std::fflush(nullptr);
+  std::raise(SIGKILL);
+}
+
+}  // namespace
+
+void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_ranks) {
+  spdlog::set_level(spdlog::level::warn);
+  const CpuBudget cpus = cpu_budget();
+  const int64_t threads = config.run.threads > 0 ? config.run.threads : intra_op_threads(cpus, local_ranks);
+  torch::set_num_threads(static_cast<int>(threads));
+  torch::Device device(torch::kCPU);
+  if (config.run.device == Device::kCuda || (config.run.device == Device::kAuto && torch::cuda::is_available()))
+    device = torch::Device(torch::kCUDA, static_cast<int>(comms.bridge->rank() % torch::cuda::device_count()));
+  const torch::Dtype dtype = config.run.dtype == DType::kFloat64    ? torch::kFloat64
+                             : config.run.dtype == DType::kBFloat16 ? torch::kBFloat16
+                                                                    : torch::kFloat32;
+  // Its own dp group is the rollout ranks: they shard each step's prompts as dp ranks would.
+  TrainerComms tc;
+  tc.world = tc.dp = tc.dp_cp = tc.grad = comms.group;
+  tc.cp = tc.tp = tc.model_tp = tc.model_cp = comms.self;
+  ArTrack track(config, tc, device, dtype, /*rollout_only=*/true);
+  if (comms.group->rank() == 0)
+    std::fprintf(stderr, "tandem: rollout rank %lld of %lld (bridge rank %lld) | %d intra-op threads (%s)\n",
+                 static_cast<long long>(comms.group->rank()), static_cast<long long>(comms.group->size()),
+                 static_cast<long long>(comms.bridge->rank()), torch::get_num_threads(),
+                 config.run.threads > 0 ? "run.threads" : "auto");
+
+  const nlohmann::json start = nlohmann::json::parse(bridge_string(*comms.bridge, ""));
+  const int64_t start_step = start.at("start_step").get<int64_t>();
+  track.restore({{"data_cursor", start.at("data_cursor")}});
+  int64_t version = 0;
+  bridge_weights(*comms.bridge, track.parameters(), version, /*apply=*/true);
+  track.set_policy_version(version);
+  const StalenessProtocol protocol{start_step, config.run.steps, config.tracks.ar.rollout.max_staleness};
+  for (int64_t s = start_step; s < config.run.steps; ++s) {
+    maybe_kill(comms.group->rank(), s);
+    if (protocol.receive_before_generate(s)) {
+      bridge_weights(*comms.bridge, track.parameters(), version, /*apply=*/true);
+      track.set_policy_version(version);
+    }
+    MetricMap unused;
+    bridge_samples(*comms.bridge, track.rollout(s, unused));
+  }
+}
+
+}  // namespace tandem
