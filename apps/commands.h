@@ -66,6 +66,20 @@ struct BenchTrainArgs {
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 
+// `tandem bench ablate`: conditions (recipe overrides) of `tandem train`, each run a fresh
+// mpirun process, ABBA order, speedups over condition B paired run by run.
+struct BenchAblateArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;   // --set KEY=VALUE, applied to every condition
+  std::vector<std::string> conditions;  // --condition NAME=K1=V1;K2=V2 (may be empty: "B=")
+  int64_t np = 2, runs = 2, steps = 20, warmup_steps = 5;
+  std::string out;  // "": a fresh temporary directory, removed afterwards unless keep
+  bool keep = false;
+  std::string mpirun = "mpirun";
+  double timeout_s = 1800;
+};
+int run_bench_ablate(const BenchAblateArgs& args);
+
 struct TrainArgs {
   std::string config_path;
   std::vector<std::string> overrides;

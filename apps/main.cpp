@@ -155,6 +155,37 @@ int main(int argc, char** argv) {
   bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   bench_train->add_option("--seed", train_bench.seed, "weights and tokens seed")->check(CLI::NonNegativeNumber);
 
+  tandem::app::BenchAblateArgs ablate;
+  CLI::App* bench_ablate = bench->add_subcommand(
+      "ablate", "tokens/s of named conditions of `tandem train`, fresh mpirun processes in ABBA order, "
+                "speedups over condition B paired run by run");
+  bench_ablate->add_option("--config,-c", ablate.config_path, "recipe every condition runs")->required();
+  bench_ablate->add_option("--set", ablate.overrides, "override a recipe key in every condition")->take_all();
+  bench_ablate->add_option("--condition", ablate.conditions,
+                           "NAME=KEY=VALUE;KEY=VALUE... (repeatable; may be empty: B=); B is the baseline")
+      ->take_all()
+      ->required();
+  bench_ablate->add_option("--np", ablate.np, "ranks per run")->capture_default_str();
+  bench_ablate->add_option("--runs", ablate.runs, "runs per condition (>= 2 for a speedup)")->capture_default_str();
+  bench_ablate->add_option("--steps", ablate.steps, "measured steps per run")->capture_default_str();
+  bench_ablate->add_option("--warmup-steps", ablate.warmup_steps, "steps run first and not measured")
+      ->capture_default_str();
+  bench_ablate->add_option("--out", ablate.out, "run directory (default: a fresh temporary one, removed after)");
+  bench_ablate->add_flag("--keep", ablate.keep, "keep the temporary run directory");
+  bench_ablate->add_option("--mpirun", ablate.mpirun, "launcher (Open MPI's mpirun)")->capture_default_str();
+  bench_ablate->add_option("--timeout-s", ablate.timeout_s, "seconds one run may take before it is killed")
+      ->capture_default_str();
+  bench_ablate->footer(
+      "Each run is `mpirun -np N tandem train --config FILE --set run.steps=W+S ...` (--set, then the\n"
+      "condition's overrides), stdout/stderr in OUT/<cond>_<i>.log. Round 1 runs the conditions in the\n"
+      "given order, round 2 reversed, and so on (ABBA); run i of a condition pairs with run i of B.\n"
+      "tokens/s of a run = trained tokens (ar/train/action_tokens; image/rollout/samples without an AR\n"
+      "track: see `unit`) over time/step_s, summed over steps W+1..W+S. speedup_vs_B = geomean of the\n"
+      "paired ratios, only with >= 2 runs (null and speedup_refused otherwise).\n"
+      "measurement_scope: first_step (S = 1, W = 0: start-up effects included), steady_state (W >= 1\n"
+      "and >= 2 runs), includes_warmup (W = 0, S > 1: the first steps are in the figure), single_run\n"
+      "(W >= 1 but one run: no pairing, no speedup).");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -170,6 +201,7 @@ int main(int argc, char** argv) {
     if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
     if (*bench_train) return tandem::app::run_bench_train(train_bench, argc, argv);
+    if (*bench_ablate) return tandem::app::run_bench_ablate(ablate);
     if (*bench_schedule) return tandem::app::run_bench_schedule(sched);
     if (*bench_rollout) return tandem::app::run_bench_rollout(roll);
     if (*bench_comm) {

@@ -196,6 +196,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
   const double n = st[0].item<double>(), mean = n > 0 ? st[1].item<double>() / n : 0;
   metrics["reward/mean"] = mean;
   metrics["reward/std"] = n > 1 ? std::sqrt(std::max(0.0, (st[2].item<double>() - n * mean * mean) / (n - 1))) : 0;
+  metrics["rollout/samples"] = n;  // every rank's samples, as ar/rollout/samples: the image track's throughput unit
   AdvantageOptions ao;
   ao.clip = im.algo.adv_clip_max;
   const torch::Tensor adv = grpo_advantages(torch::tensor(rs, torch::kFloat64), torch::tensor(gs, torch::kInt64), ao);
