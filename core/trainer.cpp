@@ -130,6 +130,12 @@ struct Trainer::Impl {
     spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {}",
                  dims.to_string(), device.str(), to_string(config.run.dtype), options.local_ranks, describe(cpus),
                  torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description());
+    if (config.train.overlap) {
+      const int n = torch::get_num_threads();
+      spdlog::info("train.overlap: two threads per rank while sampling: the sampler with {} intra-op threads, the "
+                   "old/ref log-prob forward with {} (with 1 thread per rank both share one core)",
+                   std::max(1, n - n / 2), std::max(1, n / 2));
+    }
   }
 
   void build_tracks() {

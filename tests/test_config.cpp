@@ -168,3 +168,28 @@ TEST_CASE("a --config file with no keys is refused, naming the file; no --config
   // Without --config the embedded quickstart recipe still applies.
   CHECK(to_yaml(load_config("", {})) == to_yaml(load_config(TANDEM_CONFIGS_DIR "/quickstart.yaml", {})));
 }
+
+TEST_CASE("hybrid-async keys: defaults off; refusals name both keys", "[config]") {
+  const Config d = load("");
+  CHECK_FALSE(d.train.overlap);
+  CHECK(d.parallel.rollout_ranks == 0);
+  CHECK(d.tracks.ar.rollout.max_staleness == 0);
+  CHECK_FALSE(d.tracks.ar.algo.tis_cap);
+  CHECK_THAT(error_of("train: {overlap: true}\ntracks: {ar: {algo: {old_logp: reuse}}}"),
+             Catch::Contains("train.overlap") && Catch::Contains("tracks.ar.algo.old_logp: reuse"));
+  CHECK_THAT(error_of("train: {overlap: true, num_mini_batches: 3}"), Catch::Contains("divisible by train.num_mini_batches"));
+  CHECK_THAT(error_of("train: {overlap: true}\ntracks: {ar: {algo: {filter_zero_variance_groups: true}}}"),
+             Catch::Contains("filter_zero_variance_groups"));
+  CHECK_THAT(error_of("train: {overlap: true}\nparallel: {tp: 2}"), Catch::Contains("parallel.tp: 1"));
+  CHECK_THAT(error_of("parallel: {rollout_ranks: 1}\ntracks: {ar: {rollout: {max_staleness: 2}}}"),
+             Catch::Contains("tracks.ar.rollout.max_staleness") && Catch::Contains("tis_cap"));
+  CHECK_THAT(error_of("tracks: {ar: {rollout: {max_staleness: 1}, algo: {tis_cap: 2.0}}}"),
+             Catch::Contains("parallel.rollout_ranks > 0"));
+  CHECK_THAT(error_of("parallel: {rollout_ranks: 1}\ntracks: {image: {enabled: true}}"),
+             Catch::Contains("parallel.rollout_ranks") && Catch::Contains("tracks.image"));
+  CHECK_THAT(error_of("tracks: {ar: {algo: {tis_cap: 0}}}"), Catch::Contains("tracks.ar.algo.tis_cap"));
+  const Config ok = load("parallel: {rollout_ranks: 1}\ntracks: {ar: {rollout: {max_staleness: 2}, algo: {tis_cap: 2.0}}}");
+  CHECK_THROWS_WITH(validate(ok, 1), Catch::Contains("leaves no train rank"));
+  CHECK_NOTHROW(validate(ok, 3));
+  CHECK(ok.tracks.ar.algo.tis_cap == 2.0);
+}
