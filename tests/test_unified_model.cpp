@@ -196,7 +196,8 @@ TEST_CASE("unified: text logits at t see nothing after t and nothing of the imag
   CHECK(grad_of(text, x_t).abs().max().item<double>() == 0.0);
   CHECK(grad_of(text, sigma).abs().max().item<double>() == 0.0);
   // Control: a mask that lets text see the image makes the same gradient nonzero.
-  const Traced leaky = traced_forward(model, in, text_sees_image_mask(in.text_lengths, width, model->config().num_patches()));
+  const int64_t n = model->config().num_patches();
+  const Traced leaky = traced_forward(model, in, text_sees_image_mask(in.text_lengths, width, n));
   CHECK(slot_norms(grad_of(leaky.out.text_logits[0][0], leaky.h))[0].narrow(0, width, 1).item<double>() > 0);
 }
 
@@ -223,7 +224,8 @@ TEST_CASE("unified: velocity depends on every patch and every real prompt token;
   // padding gives the padding an influence.
   const Traced causal = traced_forward(model, {in.text_ids, in.text_lengths, x_t, in.sigma},
                                        causal_mask(in.text_lengths, width, n));
-  const torch::Tensor gc = slot_norms(models::patchify(grad_of(models::patchify(causal.out.velocity, p)[0][0], x_t), p));
+  const torch::Tensor causal_v = models::patchify(causal.out.velocity, p);  // (B, N, p*p*C)
+  const torch::Tensor gc = slot_norms(models::patchify(grad_of(causal_v[0][0], x_t), p));
   CHECK(gc[0][n - 1].item<double>() == 0.0);
   torch::Tensor sees_padding = models::unified_attention_mask(in.text_lengths, width, n).clone();
   sees_padding.narrow(2, width, n).fill_(true);
@@ -301,10 +303,12 @@ TEST_CASE("unified: trunk gradient of L_text + L_image is the sum of the separat
   CHECK(worst_two < 1e-12);
   // Control: if text could see the image, the joint pass would not be the sum of the two tasks.
   model->zero_grad();
-  const Traced leaky = traced_forward(model, joint_in, text_sees_image_mask(lengths, ids.size(1), model->config().num_patches()));
+  const Traced leaky =
+      traced_forward(model, joint_in, text_sees_image_mask(lengths, ids.size(1), model->config().num_patches()));
   const torch::Tensor leaky_loss = text_loss(leaky.out.text_logits, ids, lengths) + image_loss(leaky.out.velocity);
   const auto params = model->named_parameters();
-  const std::vector<torch::Tensor> trunk{params["layers.0.self_attn.q_proj.weight"], params["layers.1.mlp.up_proj.weight"]};
+  const std::vector<torch::Tensor> trunk{params["layers.0.self_attn.q_proj.weight"],
+                                         params["layers.1.mlp.up_proj.weight"]};
   const auto g_leaky = torch::autograd::grad({leaky_loss}, trunk);
   CHECK(test::rel_to_max(g_leaky[0], g_text.at("layers.0.self_attn.q_proj.weight") +
                                          g_image.at("layers.0.self_attn.q_proj.weight")) > 1e-6);

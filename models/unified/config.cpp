@@ -34,8 +34,8 @@ const char* dtype_name(torch::ScalarType dtype) {
   }
 }
 
-const char* const kIntFields[] = {"vocab_size",   "hidden_size",  "num_layers", "num_heads",
-                                  "intermediate_size", "max_text_len", "image_size", "channels", "patch_size"};
+const char* const kIntFields[] = {"vocab_size", "hidden_size",  "num_layers", "num_heads", "intermediate_size",
+                                  "max_text_len", "image_size", "channels", "patch_size"};
 const char* const kFloatFields[] = {"rope_theta", "rms_eps"};
 
 int64_t* int_field(UnifiedConfig& c, const std::string& key) {
@@ -68,7 +68,8 @@ void UnifiedConfig::validate() const {
           std::to_string(num_heads) + " gives an odd head_dim " + std::to_string(head_dim()) + " (RoPE needs even)");
   require(image_size % patch_size == 0, "patch_size",
           std::to_string(patch_size) + " does not divide image_size " + std::to_string(image_size));
-  require(std::isfinite(rope_theta) && rope_theta > 0, "rope_theta", "must be positive, got " + std::to_string(rope_theta));
+  require(std::isfinite(rope_theta) && rope_theta > 0, "rope_theta",
+          "must be positive, got " + std::to_string(rope_theta));
   require(std::isfinite(rms_eps) && rms_eps > 0, "rms_eps", "must be positive, got " + std::to_string(rms_eps));
 }
 

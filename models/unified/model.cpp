@@ -89,8 +89,8 @@ UnifiedOutput UnifiedModelImpl::heads(const torch::Tensor& hidden, int64_t text_
   UnifiedOutput out;
   out.text_logits = lm_head(hidden.narrow(1, 0, text_width)).to(compute_dtype(dtype()));  // (B, T_text, V)
   if (image) {
-    const torch::Tensor patches = velocity_head(hidden.narrow(1, text_width, hidden.size(1) - text_width));  // (B, N, p*p*C)
-    out.velocity = unpatchify(patches, config_.patch_size, config_.channels);                              // (B, C, H, W)
+    const torch::Tensor image = hidden.narrow(1, text_width, hidden.size(1) - text_width);  // (B, N, D)
+    out.velocity = unpatchify(velocity_head(image), config_.patch_size, config_.channels);  // (B, C, H, W)
   }
   return out;
 }
