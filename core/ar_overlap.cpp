@@ -3,14 +3,22 @@
 // log-probs. A mini-batch is a contiguous slice of the step's groups (build_schedule), so
 // scheduling each slice alone with one mini-batch gives exactly the whole step's schedule: the
 // same micros, layouts and denominators, hence the same numbers as train.overlap: false.
-// Only this thread calls collectives; the worker thread runs forwards and nothing else.
+// Only this thread calls collectives; the worker thread runs forwards and nothing else. On CUDA
+// (a LibTorch with c10_cuda) the worker's kernels go to a second stream from the pool, synchronized
+// before its results are used; not compiled against the CPU-only LibTorch this is tested with.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "core/ar_track.h"
+
+#if defined(TANDEM_WITH_TORCH_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace tandem {
 
@@ -76,12 +84,19 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
       worker = std::thread([this, &chunk, &failure, forward_threads] {
         try {
           torch::set_num_threads(forward_threads);  // this thread's own OpenMP pool
+#if defined(TANDEM_WITH_TORCH_CUDA)
+          std::optional<c10::cuda::CUDAStreamGuard> stream;
+          if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+#endif
           const auto t1 = std::chrono::steady_clock::now();
           if (config_.tracks.ar.algo.old_logp == OldLogp::kRecompute)
             chunk.old_logp = forward_micros(*policy_, chunk.schedule, chunk.directory, chunk.mine, chunk.entropy);
           chunk.old_s = seconds_since(t1);
           const auto t2 = std::chrono::steady_clock::now();
           if (reference_) chunk.ref_logp = forward_micros(*reference_, chunk.schedule, chunk.directory, chunk.mine, nullptr);
+#if defined(TANDEM_WITH_TORCH_CUDA)
+          if (stream) stream->current_stream().synchronize();  // results complete before the join
+#endif
           chunk.ref_s = seconds_since(t2);
         } catch (...) {
           failure = std::current_exception();
