@@ -115,7 +115,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
   const models::LlamaConfig mc = model_config(a, max_len);
   models::LlamaForCausalLM model(mc, parallel::ParallelContext{}, static_cast<uint64_t>(a.seed));
-  LlamaPolicy policy(model);
+  models::LogProbOptions lo;
+  lo.save_logits_max_bytes = a.save_logits_mib << 20;
+  LlamaPolicy policy(model, lo);
   const std::vector<ArSample> samples = make_samples(lengths, a.vocab, static_cast<uint64_t>(a.seed));
 
   std::vector<SampleCost> costs;
@@ -184,6 +186,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
                   {"kv_heads", mc.num_kv_heads}, {"ffn", mc.intermediate_size}, {"vocab", mc.vocab_size},
                   {"matmul_params", n_params}};
   out["threads"] = torch::get_num_threads();
+  out["save_logits_mib"] = a.save_logits_mib;
   out["blas"] = blas_description();
   out["steps"] = a.steps;
   out["step_s"] = t;

@@ -63,6 +63,7 @@ struct BenchTrainArgs {
   std::optional<int64_t> micro_batch_size, max_tokens_per_micro;  // neither: one micro of everything
   int threads = 0;  // 0: every CPU this process may use
   int64_t steps = 5, warmup = 2, seed = 0;
+  int64_t save_logits_mib = 0;  // > 0: keep a micro's logits for the backward up to this size
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
   bench_train->add_option("--steps", train_bench.steps, "timed steps (median)")->check(CLI::PositiveNumber);
   bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   bench_train->add_option("--seed", train_bench.seed, "weights and tokens seed")->check(CLI::NonNegativeNumber);
+  bench_train->add_option("--save-logits-mib", train_bench.save_logits_mib,
+                          "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
+      ->check(CLI::NonNegativeNumber);
 
   tandem::app::BenchAblateArgs ablate;
   CLI::App* bench_ablate = bench->add_subcommand(

@@ -1,5 +1,6 @@
 // One custom autograd Function does the chunked forward and the recomputing backward; it saves
-// only per-token statistics (log-sum-exp and the mean logit under p), never a chunk's logits.
+// only per-token statistics (log-sum-exp and the mean logit under p), never a chunk's logits,
+// unless the caller allows the whole call's logits to be kept (save_logits_max_bytes).
 //   logp_i = z_it - lse_i                     d logp_i / dz_ij = [j == t_i] - p_ij
 //   H_i    = lse_i - mu_i, mu_i = sum_j p_ij z_ij   d H_i / dz_ij = -p_ij (z_ij - mu_i)
 #include "parallel/vocab_parallel_logprob.h"
@@ -31,19 +32,29 @@ std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targe
 
 struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, int64_t vocab_begin, int64_t comm, int64_t chunk) {
+                               const torch::Tensor& targets, int64_t vocab_begin, int64_t comm, int64_t chunk,
+                               bool keep_logits) {
     Communicator* tp = reinterpret_cast<Communicator*>(comm);
     const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
     torch::Tensor logp = torch::empty({n}, opts), entropy = torch::empty({n}, opts);  // (N)
     torch::Tensor lse = torch::empty({n}, opts), mu = torch::empty({n}, opts);        // (N)
+    torch::Tensor kept;  // (N, V_local) the logits, when kept for the backward
+    if (keep_logits) kept = torch::empty({n, vocab_local}, opts);
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk);
-      torch::Tensor z = chunk_logits(hidden.slice(0, s, e), weight, dtype);  // (C, V_local)
+      torch::Tensor z;  // (C, V_local)
+      if (keep_logits && weight.scalar_type() == dtype) {
+        z = kept.slice(0, s, e);
+        torch::matmul_out(z, hidden.slice(0, s, e), weight.t());
+      } else {
+        z = chunk_logits(hidden.slice(0, s, e), weight, dtype);
+        if (keep_logits) z = kept.slice(0, s, e).copy_(z);
+      }
       torch::Tensor m = std::get<0>(z.max(1));                               // (C)
       if (tp) tp->all_reduce(m, ReduceOp::kMax);
-      z.sub_(m.unsqueeze(1));  // shifted logits, (C, V_local)
+      z.sub_(m.unsqueeze(1));  // shifted logits, (C, V_local) (kept shifted: the backward adds m)
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(dtype);  // (C)
       torch::Tensor ez = z.exp();                                                                   // (C, V_local)
@@ -56,8 +67,9 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       entropy.slice(0, s, e).copy_(log_sum - mean_shifted);
       lse.slice(0, s, e).copy_(m + log_sum);
       mu.slice(0, s, e).copy_(m + mean_shifted);
+      if (keep_logits) lse.slice(0, s, e).sub_(m), mu.slice(0, s, e).sub_(m);  // relative to kept z
     }
-    ctx->save_for_backward({hidden, weight, targets, lse, mu});
+    ctx->save_for_backward({hidden, weight, targets, lse, mu, keep_logits ? kept : torch::Tensor()});
     ctx->saved_data["vocab_begin"] = vocab_begin;
     ctx->saved_data["chunk"] = chunk;
     return {logp, entropy};
@@ -66,17 +78,19 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3], &mu = saved[4];
+    const torch::Tensor& kept = saved[5];  // (N, V_local) shifted logits, or undefined (recompute)
     const torch::Tensor &g_logp = grads[0], &g_entropy = grads[1];  // (N) each, either may be undefined
     const int64_t vocab_begin = ctx->saved_data["vocab_begin"].toInt(), chunk = ctx->saved_data["chunk"].toInt();
     const torch::ScalarType dtype = lse.scalar_type();
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
-    if (!g_logp.defined() && !g_entropy.defined()) return variable_list(6);
+    if (!g_logp.defined() && !g_entropy.defined()) return variable_list(7);
     torch::Tensor d_hidden = torch::empty_like(hidden);                          // (N, D)
     torch::Tensor d_weight = torch::zeros(weight.sizes(), weight.options().dtype(dtype));  // (V_local, D)
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk);
       const torch::Tensor h = hidden.slice(0, s, e);           // (C, D)
-      torch::Tensor z = chunk_logits(h, weight, dtype);        // (C, V_local)
+      // Kept logits are consumed in place: the backward runs once.
+      torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : chunk_logits(h, weight, dtype);  // (C, V_local)
       torch::Tensor dz = (z - lse.slice(0, s, e).unsqueeze(1)).exp_();  // p, (C, V_local)
       if (g_entropy.defined()) {
         z.sub_(mu.slice(0, s, e).unsqueeze(1)).mul_(g_entropy.slice(0, s, e).to(dtype).unsqueeze(1));
@@ -94,7 +108,7 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       d_weight.add_(torch::matmul(dz.t(), h.to(dtype)));
     }
     return {d_hidden, d_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -126,8 +140,11 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
   const int64_t bytes = c10::elementSize(logits_dtype(weight.scalar_type()));
   const int64_t chunk = logits_chunk_tokens(options, weight.size(0), bytes);
   const torch::Tensor h = copy_to_tp(hidden, tp);
+  const bool keep = options.save_logits_max_bytes > 0 &&
+                    hidden.size(0) * weight.size(0) * bytes <= options.save_logits_max_bytes &&
+                    torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   variable_list out = ChunkedVocabLogProb::apply(h, weight, targets, vocab_begin, reinterpret_cast<int64_t>(tp),
-                                                 chunk);
+                                                 chunk, keep);
   TokenLogProbs r;
   r.logp = out[0];
   if (options.with_entropy) r.entropy = out[1];

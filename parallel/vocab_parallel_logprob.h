@@ -17,6 +17,9 @@ inline constexpr int64_t kDefaultLogitsChunkBytes = 64LL << 20;
 struct TokenLogProbOptions {
   bool with_entropy = false;
   int64_t chunk_tokens = 0;  // tokens per chunk; 0 = from kDefaultLogitsChunkBytes
+  // > 0: when this call's whole (N, V_local) logits fit in this many bytes, the forward keeps them
+  // for the backward instead of recomputing them (one lm-head GEMM fewer, that much more memory).
+  int64_t save_logits_max_bytes = 0;
 };
 
 struct TokenLogProbs {

@@ -56,10 +56,10 @@ TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (f
   const torch::Tensor w0 = torch::randn({v, d}, gen, torch::kFloat64);
   const torch::Tensor targets = torch::randint(v, {n}, gen, torch::kInt64);
   const torch::Tensor gl = torch::randn({n}, gen, torch::kFloat64), ge = torch::randn({n}, gen, torch::kFloat64);
-  const auto run = [&](bool chunked, int64_t chunk) {
+  const auto run = [&](bool chunked, int64_t chunk, int64_t keep_bytes = 0) {
     const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
     const parallel::TokenLogProbs r =
-        chunked ? parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, {true, chunk})
+        chunked ? parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, {true, chunk, keep_bytes})
                 : parallel::full_logits_log_probs(h, w, targets, 0, nullptr, true);
     ((r.logp * gl).sum() + (r.entropy * ge).sum()).backward();
     return std::vector<torch::Tensor>{r.logp.detach(), r.entropy.detach(), h.grad(), w.grad()};
@@ -69,11 +69,12 @@ TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (f
   const torch::Tensor z = torch::matmul(h0, w0.t());
   const torch::Tensor lse = z.logsumexp(1);
   CHECK(test::rel_to_max(ref[0], z.gather(1, targets.unsqueeze(1)).squeeze(1) - lse) < 1e-13);
-  for (int64_t chunk : {1, 5, 23, 100}) {
-    INFO("chunk " << chunk);
-    const auto got = run(true, chunk);
-    for (size_t i = 0; i < ref.size(); ++i) CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
-  }
+  for (int64_t chunk : {1, 5, 23, 100})
+    for (int64_t keep_bytes : {int64_t{0}, int64_t{1} << 30}) {  // recompute, or logits kept for the backward
+      INFO("chunk " << chunk << " keep " << keep_bytes);
+      const auto got = run(true, chunk, keep_bytes);
+      for (size_t i = 0; i < ref.size(); ++i) CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
+    }
   CHECK(parallel::logits_chunk_tokens({}, 1000, 4) == parallel::kDefaultLogitsChunkBytes / 4000);
   CHECK(parallel::logits_chunk_tokens({false, 9}, 1000, 4) == 9);
 }
@@ -91,6 +92,16 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
                                                        {true, 4});
   CHECK(bf16.logp.scalar_type() == torch::kFloat32);
   CHECK(test::rel_floor1(bf16.logp, ref.logp) < 0.1);
+  // Kept logits (float32 statistics of bf16 weights) give the recomputing backward's gradients bitwise.
+  const auto grads = [&](int64_t keep_bytes) {
+    const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true), wb = w.to(torch::kBFloat16).requires_grad_(true);
+    parallel::vocab_parallel_log_probs(hb, wb, t, 0, nullptr, {true, 4, keep_bytes}).logp.sum().backward();
+    return std::make_pair(hb.grad(), wb.grad());
+  };
+  const auto [h_recompute, w_recompute] = grads(0);
+  const auto [h_kept, w_kept] = grads(int64_t{1} << 30);
+  CHECK(torch::equal(h_recompute, h_kept));
+  CHECK(torch::equal(w_recompute, w_kept));
 }
 
 TEST_CASE("CP shard: chunks i and 2cp-1-i of every sequence, segments and gather order", "[cp]") {

@@ -88,7 +88,7 @@ TokenLogProbs LlamaForCausalLMImpl::head_log_probs(const torch::Tensor& hidden, 
   if (!o.chunked)
     return parallel::full_logits_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp, o.with_entropy);
   return parallel::vocab_parallel_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp,
-                                            {o.with_entropy, o.chunk_tokens});
+                                            {o.with_entropy, o.chunk_tokens, o.save_logits_max_bytes});
 }
 
 torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
