@@ -34,7 +34,7 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
     if (is_rollout) {
       auto group = parallel::make_mpi_communicator(role, "rollout", timeout);
       auto self = parallel::make_mpi_communicator(MPI_COMM_SELF, "self", timeout);
-      run_rollout_rank(config, RolloutComms{bridge.get(), group.get(), self.get()}, mpi.local_size());
+      run_rollout_rank(config, RolloutComms{bridge.get(), group.get(), self.get()}, mpi.local_rank(), mpi.local_size());
       return 0;
     }
     const auto dims = parallel::ParallelDims::resolve(config.parallel.dp, config.parallel.cp, config.parallel.tp,

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/ar_track.h"
+#include "core/timing.h"
 
 #if defined(TANDEM_WITH_TORCH_CUDA)
 #include <c10/cuda/CUDAGuard.h>
@@ -21,14 +22,6 @@
 #endif
 
 namespace tandem {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 struct ArTrack::Chunk {
   RolloutDirectory directory;

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "core/advantage.h"
 #include "core/rewards/reward_factory.h"
+#include "core/timing.h"
 #include "core/rollout_bridge.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
@@ -22,10 +23,6 @@
 namespace tandem {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
   if (t.kind == TokenizerKind::kChar) return models::make_char_tokenizer(t.alphabet);

@@ -17,6 +17,7 @@
 #include "core/image_io.h"
 #include "core/rewards/image_rewards.h"
 #include "core/rewards/reward_factory.h"
+#include "core/timing.h"
 #include "core/tasks/shapes.h"
 #include "models/dit/flow_sde.h"
 #include "models/dit/sampler.h"
@@ -27,10 +28,6 @@ namespace fs = std::filesystem;
 namespace tandem {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
   x += 0x9e3779b97f4a7c15ULL;

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/ar_track.h"
-#include "core/cpu_threads.h"
+#include "core/rank_runtime.h"
 #include "core/rollout_bridge.h"
 
 namespace tandem {
@@ -30,22 +30,14 @@ void maybe_kill(int64_t group_rank, int64_t step) {
 
 }  // namespace
 
-void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_ranks) {
+void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_rank, int64_t local_ranks) {
   spdlog::set_level(spdlog::level::warn);
-  const CpuBudget cpus = cpu_budget();
-  const int64_t threads = config.run.threads > 0 ? config.run.threads : intra_op_threads(cpus, local_ranks);
-  torch::set_num_threads(static_cast<int>(threads));
-  torch::Device device(torch::kCPU);
-  if (config.run.device == Device::kCuda || (config.run.device == Device::kAuto && torch::cuda::is_available()))
-    device = torch::Device(torch::kCUDA, static_cast<int>(comms.bridge->rank() % torch::cuda::device_count()));
-  const torch::Dtype dtype = config.run.dtype == DType::kFloat64    ? torch::kFloat64
-                             : config.run.dtype == DType::kBFloat16 ? torch::kBFloat16
-                                                                    : torch::kFloat32;
+  const RankRuntime rt = setup_rank_runtime(config.run, local_rank, local_ranks);
   // Its own dp group is the rollout ranks: they shard each step's prompts as dp ranks would.
   TrainerComms tc;
   tc.world = tc.dp = tc.dp_cp = tc.grad = comms.group;
   tc.cp = tc.tp = tc.model_tp = tc.model_cp = comms.self;
-  ArTrack track(config, tc, device, dtype, /*rollout_only=*/true);
+  ArTrack track(config, tc, rt.device, rt.dtype, /*rollout_only=*/true);
   if (comms.group->rank() == 0)
     std::fprintf(stderr, "tandem: rollout rank %lld of %lld (bridge rank %lld) | %d intra-op threads (%s)\n",
                  static_cast<long long>(comms.group->rank()), static_cast<long long>(comms.group->size()),

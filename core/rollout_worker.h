@@ -16,7 +16,8 @@ struct RolloutComms {
   parallel::Communicator* self = nullptr;    // this rank alone (its model's tp / cp groups)
 };
 
-// local_ranks: ranks of the job on this node (this rank's share of the CPUs when run.threads = 0).
-void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_ranks);
+// local_rank / local_ranks: this rank's place among the job's ranks on its node (its GPU, and its
+// share of the CPUs when run.threads = 0).
+void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_rank, int64_t local_ranks);
 
 }  // namespace tandem

@@ -23,6 +23,7 @@
 #include "core/image_track.h"
 #include "core/lr_schedule.h"
 #include "core/policy_update.h"
+#include "core/rank_runtime.h"
 #include "core/rollout_bridge.h"
 
 namespace fs = std::filesystem;
@@ -114,19 +115,9 @@ struct Trainer::Impl {
   }
 
   void setup_device() {
-    const Device want = config.run.device;
-    if (want == Device::kCuda || (want == Device::kAuto && torch::cuda::is_available())) {
-      if (!torch::cuda::is_available())
-        throw UserError("run.device: cuda requested but no CUDA device is visible to this LibTorch build");
-      device = torch::Device(torch::kCUDA, static_cast<int>(options.local_rank % torch::cuda::device_count()));
-    }
-    dtype = config.run.dtype == DType::kFloat64 ? torch::kFloat64
-            : config.run.dtype == DType::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
-    // Set deliberately: under mpirun LibTorch would start one thread per rank (or per core).
-    // With OpenBLAS's OpenMP build this also sizes the BLAS pool (it follows omp_get_max_threads).
-    const CpuBudget cpus = cpu_budget();
-    const int64_t threads = config.run.threads > 0 ? config.run.threads : intra_op_threads(cpus, options.local_ranks);
-    torch::set_num_threads(static_cast<int>(threads));
+    const RankRuntime rt = setup_rank_runtime(config.run, options.local_rank, options.local_ranks);
+    device = rt.device, dtype = rt.dtype;
+    const CpuBudget& cpus = rt.cpus;
     spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {}",
                  dims.to_string(), device.str(), to_string(config.run.dtype), options.local_ranks, describe(cpus),
                  torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description());

@@ -50,7 +50,9 @@ void require_positive(const char* field, int64_t v) {
   if (v <= 0) throw UserError(std::string("llama config: ") + field + " must be positive, got " + std::to_string(v));
 }
 
-const char* dtype_name(torch::ScalarType dtype) {
+}  // namespace
+
+const char* hf_dtype_name(torch::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat32:
       return "float32";
@@ -64,8 +66,6 @@ const char* dtype_name(torch::ScalarType dtype) {
       throw UserError("llama config: no HF name for dtype " + std::string(c10::toString(dtype)));
   }
 }
-
-}  // namespace
 
 void LlamaConfig::validate() const {
   require_positive("vocab_size", vocab_size);
@@ -146,7 +146,7 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype) {
       {"hidden_act", "silu"},
       {"initializer_range", c.initializer_range},
       {"rope_scaling", nullptr},
-      {"torch_dtype", dtype_name(dtype)},
+      {"torch_dtype", hf_dtype_name(dtype)},
   };
   if (qwen2) {
     j["use_sliding_window"] = false;

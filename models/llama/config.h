@@ -44,4 +44,7 @@ LlamaConfig from_hf_config(const nlohmann::json& config, const std::string& sour
 // when qkv_bias, llama otherwise.
 nlohmann::json to_hf_config(const LlamaConfig& config, torch::ScalarType dtype);
 
+// The Hugging Face `torch_dtype` name of a float dtype ("float32", ...); UserError for others.
+const char* hf_dtype_name(torch::ScalarType dtype);
+
 }  // namespace tandem::models

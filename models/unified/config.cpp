@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "models/llama/config.h"
 
 namespace tandem::models {
 
@@ -17,21 +18,6 @@ void require(bool ok, const std::string& field, const std::string& what) {
 
 void require_positive(const char* field, int64_t v) {
   require(v > 0, field, "must be positive, got " + std::to_string(v));
-}
-
-const char* dtype_name(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat32:
-      return "float32";
-    case torch::kFloat64:
-      return "float64";
-    case torch::kBFloat16:
-      return "bfloat16";
-    case torch::kFloat16:
-      return "float16";
-    default:
-      throw std::invalid_argument("UnifiedConfig: no name for dtype " + std::string(c10::toString(dtype)));
-  }
 }
 
 const char* const kIntFields[] = {"vocab_size", "hidden_size",  "num_layers", "num_heads", "intermediate_size",
@@ -86,7 +72,7 @@ nlohmann::json to_json(const UnifiedConfig& c, torch::ScalarType dtype) {
           {"image_size", c.image_size},
           {"channels", c.channels},
           {"patch_size", c.patch_size},
-          {"torch_dtype", dtype_name(dtype)}};
+          {"torch_dtype", hf_dtype_name(dtype)}};
 }
 
 UnifiedConfig unified_config_from_json(const nlohmann::json& j, const std::string& source) {
