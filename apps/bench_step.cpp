@@ -1,8 +1,11 @@
 // `tandem bench step --track ar|image`: one track's training throughput at micro sizes 1, 2, 4,
 // 8 side by side (same rollout, same weights): image samples/s, AR tokens/s. This is what
-// per-track micro geometry buys: each track can run at its own best size.
+// per-track micro geometry buys: each track can run at its own best size. --track shared times
+// both tracks of one unified model (a recipe with tracks.image.model.arch shared) and reports the
+// step time with each track at its own best size against the best single size for both.
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "apps/bench_util.h"
@@ -20,10 +23,15 @@ namespace tandem::app {
 int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
   if (mpi.size() != 1) throw UserError("bench step runs on one process (no mpirun)");
-  if (a.track != "ar" && a.track != "image") throw UserError("--track must be ar or image");
+  if (a.track != "ar" && a.track != "image" && a.track != "shared")
+    throw UserError("--track must be ar, image or shared");
   Config config = load_config(a.config_path, a.overrides);
-  config.tracks.ar.enabled = a.track == "ar";
-  config.tracks.image.enabled = a.track == "image";
+  const bool shared = a.track == "shared";
+  if (shared && config.tracks.image.model.arch != "shared")
+    throw UserError("--track shared needs a recipe with tracks.image.model.arch: shared (e.g. configs/shared.yaml)");
+  config.tracks.ar.enabled = a.track == "ar" || shared || config.tracks.image.model.arch == "shared";
+  config.tracks.image.enabled = a.track == "image" || shared;
+  validate(config, 1);
   config.tracks.ar.warmstart.steps = 0;
   config.tracks.image.pretrain.steps = 0;
   config.tracks.image.pretrain.path.reset();
@@ -38,6 +46,23 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   out["threads"] = torch::get_num_threads();
   out["blas"] = blas_description();
   out["gemm_gflops"] = gemm_gflops();
+  // Median seconds of `repeats` accumulate() calls of one prepared track.
+  auto time_track = [&](Track& track, MetricMap& fm) {
+    std::vector<double> times;
+    for (int rep = 0; rep < a.repeats; ++rep) {
+      MetricMap mm;
+      const auto t0 = std::chrono::steady_clock::now();
+      track.accumulate(0, 1.0, mm);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      for (auto& p : track.parameters()) p.mutable_grad() = torch::Tensor();
+    }
+    std::sort(times.begin(), times.end());
+    track.finish(fm);
+    return times[times.size() / 2];
+  };
+  const double image_samples =
+      static_cast<double>(config.tracks.image.rollout.prompts_per_step * config.tracks.image.rollout.group_size);
+  std::map<int64_t, std::pair<double, double>> seconds;  // micro size -> (ar, image) seconds (shared)
   for (int64_t mbs : {1, 2, 4, 8}) {
     Config c = config;
     c.train.micro_batch_size = mbs;
@@ -45,28 +70,45 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     c.tracks.ar.micro_batch_size = c.tracks.image.micro_batch_size = mbs;
     c.tracks.ar.max_tokens_per_micro.reset();
     c.tracks.image.max_tokens_per_micro.reset();
-    std::unique_ptr<Track> track;
-    if (a.track == "ar") track = std::make_unique<ArTrack>(c, comms, torch::kCPU, torch::kFloat32);
-    else track = std::make_unique<ImageTrack>(c, comms, torch::kCPU, torch::kFloat32);
-    MetricMap m;
-    track->prepare(0, m);  // the same rollout for every size: same seed, same initial weights
-    std::vector<double> times;
-    for (int rep = 0; rep < a.repeats; ++rep) {
-      MetricMap mm;
-      const auto t0 = std::chrono::steady_clock::now();
-      track->accumulate(0, 1.0, mm);
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (auto& p : track->parameters()) p.mutable_grad() = torch::Tensor();
-    }
-    std::sort(times.begin(), times.end());
-    const double t = times[times.size() / 2];
-    MetricMap fm;
-    track->finish(fm);
     const std::string key = "micro_" + std::to_string(mbs);
-    if (a.track == "ar") out[key]["tokens_per_s"] = fm["train/action_tokens"] / a.repeats / t;
-    else out[key]["samples_per_s"] = static_cast<double>(c.tracks.image.rollout.prompts_per_step *
-                                                      c.tracks.image.rollout.group_size) / t;
-    out[key]["seconds"] = t;
+    // The same rollout for every size: same seed, same initial weights.
+    std::unique_ptr<ArTrack> ar;
+    if (c.tracks.ar.enabled) ar = std::make_unique<ArTrack>(c, comms, torch::kCPU, torch::kFloat32);
+    std::unique_ptr<ImageTrack> image;
+    if (c.tracks.image.enabled)
+      image = std::make_unique<ImageTrack>(c, comms, torch::kCPU, torch::kFloat32,
+                                           shared ? ar->unified_model() : models::UnifiedModel{nullptr},
+                                           shared ? &ar->tokenizer() : nullptr);
+    MetricMap m, fm_ar, fm_image;
+    if (a.track != "image") ar->prepare(0, m);
+    if (a.track != "ar") image->prepare(0, m);
+    if (a.track != "image") {
+      const double t = time_track(*ar, fm_ar);
+      out[key][shared ? "ar_tokens_per_s" : "tokens_per_s"] = fm_ar["train/action_tokens"] / a.repeats / t;
+      out[key][shared ? "ar_seconds" : "seconds"] = t;
+      seconds[mbs].first = t;
+    }
+    if (a.track != "ar") {
+      const double t = time_track(*image, fm_image);
+      out[key][shared ? "image_samples_per_s" : "samples_per_s"] = image_samples / t;
+      out[key][shared ? "image_seconds" : "seconds"] = t;
+      seconds[mbs].second = t;
+    }
+  }
+  if (shared) {
+    // One micro size for both tracks (the best such) against each track at its own best size.
+    int64_t best_common = 1, best_ar = 1, best_image = 1;
+    for (const auto& [mbs, t] : seconds) {
+      const auto& c = seconds[best_common];
+      if (t.first + t.second < c.first + c.second) best_common = mbs;
+      if (t.first < seconds[best_ar].first) best_ar = mbs;
+      if (t.second < seconds[best_image].second) best_image = mbs;
+    }
+    const double common = seconds[best_common].first + seconds[best_common].second;
+    const double own = seconds[best_ar].first + seconds[best_image].second;
+    out["one_micro_size"] = {{"micro_batch_size", best_common}, {"seconds", common}};
+    out["per_track"] = {{"ar_micro_batch_size", best_ar}, {"image_micro_batch_size", best_image}, {"seconds", own}};
+    out["per_track_speedup"] = common / own;
   }
   std::cout << out.dump() << std::endl;
   return 0;

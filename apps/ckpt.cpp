@@ -78,6 +78,10 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out) {
   const fs::path model = fs::path(dir) / "ar_model";
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
   if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
+  if (load_config(dir + "/recipe.yaml", {}).tracks.ar.model.arch == "unified")
+    throw UserError(dir + ": the AR policy is the unified text + image model (model_type tandem_unified), which has "
+                    "no Hugging Face equivalent; its ar_model/ (config.json + model.safetensors) is already the "
+                    "portable form, and `tandem generate --checkpoint` samples from it");
   const fs::path tmp = fs::path(out).string() + ".partial";
   fs::remove_all(tmp);
   fs::create_directories(tmp);

@@ -98,6 +98,7 @@ struct GenerateArgs {
   double temperature = -1;  // < 0: the recipe's
   int64_t max_new_tokens = 0;  // 0: the recipe's
   uint64_t seed = 0;
+  std::string image_out;  // a unified-model checkpoint: also draw every prompt into this PNG grid
 };
 int run_generate(const GenerateArgs& args);
 

@@ -1,15 +1,22 @@
 // `tandem generate`: samples from an AR policy on one process (tp 1): a trained checkpoint
 // (--checkpoint, with its recipe's tokenizer and sampling settings) or any Hugging Face Llama /
 // Qwen2 directory (--model, with a tokenizer.json and the recipe defaults for sampling). Flags
-// override the sampling settings; --temperature 0 is greedy.
+// override the sampling settings; --temperature 0 is greedy. A checkpoint of the unified model
+// (tracks.ar.model.arch unified) writes text and, with --image-out, draws each prompt as well.
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/image_io.h"
 #include "core/llama_policy.h"
+#include "core/unified_policy.h"
+#include "models/dit/sampler.h"
+#include "models/unified/flow.h"
+#include "models/unified/weights.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
 #include "models/safetensors.h"
@@ -23,8 +30,11 @@ namespace {
 
 struct Policy {
   std::unique_ptr<models::Tokenizer> tokenizer;
-  models::LlamaForCausalLM model{nullptr};
+  std::unique_ptr<TextPolicy> policy;
+  int64_t vocab_size = 0;
+  models::UnifiedModel unified{nullptr};  // set for a unified-model checkpoint
   ArRolloutConfig rollout;  // sampling settings before the flags
+  SamplerConfig image_sampler;
 };
 
 Policy from_checkpoint(const std::string& path) {
@@ -40,8 +50,17 @@ Policy from_checkpoint(const std::string& path) {
   Policy p;
   p.tokenizer = ar.tokenizer.kind == TokenizerKind::kChar ? models::make_char_tokenizer(ar.tokenizer.alphabet)
                                                           : models::load_hf_tokenizer(*ar.tokenizer.path);
-  p.model = models::load_llama(dir + "/ar_model", {}, torch::kFloat32);
+  if (ar.model.arch == "unified") {
+    p.unified = models::load_unified(dir + "/ar_model", torch::kFloat32);
+    p.vocab_size = p.unified->config().vocab_size;
+    p.policy = std::make_unique<UnifiedTextPolicy>(p.unified);
+  } else {
+    auto model = models::load_llama(dir + "/ar_model", {}, torch::kFloat32);
+    p.vocab_size = model->config().vocab_size;
+    p.policy = std::make_unique<LlamaPolicy>(model);
+  }
   p.rollout = ar.rollout;
+  p.image_sampler = config.tracks.image.sampler;
   return p;
 }
 
@@ -56,8 +75,31 @@ Policy from_hf_dir(const std::string& dir, const std::string& tokenizer) {
   }
   Policy p;
   p.tokenizer = models::load_hf_tokenizer(tok);
-  p.model = models::load_llama(dir, {}, torch::kFloat32);
+  auto model = models::load_llama(dir, {}, torch::kFloat32);
+  p.vocab_size = model->config().vocab_size;
+  p.policy = std::make_unique<LlamaPolicy>(model);
   return p;  // rollout: the recipe's defaults
+}
+
+// Each prompt drawn a.samples times by the unified model's image head: Euler ODE with the
+// recipe's image sampler settings, noise keyed by (seed, prompt, sample).
+void draw(Policy& p, const std::vector<std::vector<int64_t>>& prompt_ids, const GenerateArgs& a) {
+  models::UnifiedFlow flow(p.unified, prompt_ids);  // label i = prompt i
+  std::vector<int64_t> labels;
+  std::vector<models::NoiseKey> keys;
+  for (int64_t k = 0; k < a.samples; ++k)
+    for (size_t i = 0; i < prompt_ids.size(); ++i)
+      labels.push_back(static_cast<int64_t>(i)), keys.push_back({a.seed, -3, static_cast<int64_t>(i), k});
+  const SamplerConfig& s = p.image_sampler;
+  const torch::Tensor images = models::sample_ode(flow, torch::tensor(labels, torch::kInt64), keys,
+                                                  {s.eval_steps, s.shift, s.cfg});  // (S*P, C, H, W)
+  const auto columns = static_cast<int64_t>(prompt_ids.size());
+  if (fs::path(a.image_out).has_parent_path()) fs::create_directories(fs::path(a.image_out).parent_path());
+  write_png_grid(a.image_out, images.to(torch::kFloat32), columns);
+  nlohmann::json j{{"image", fs::path(a.image_out).filename().string()}, {"columns", columns}, {"rows", a.samples},
+                   {"prompts", a.prompts}};
+  std::ofstream(fs::path(a.image_out).replace_extension(".json")) << j.dump(2) << "\n";
+  std::cout << "images: " << a.image_out << " (a column per prompt, " << a.samples << " row(s))\n";
 }
 
 }  // namespace
@@ -69,7 +111,10 @@ int run_generate(const GenerateArgs& a) {
   if (a.prompts.empty()) throw UserError("give at least one --prompt");
   Policy p = a.model.empty() ? from_checkpoint(a.checkpoint) : from_hf_dir(a.model, a.tokenizer);
   const models::Tokenizer& tok = *p.tokenizer;
-  const int64_t model_vocab = p.model->config().vocab_size;
+  if (!a.image_out.empty() && p.unified.is_empty())
+    throw UserError("--image-out: this policy only writes text; images need a checkpoint of the unified model "
+                    "(tracks.ar.model.arch: unified)");
+  const int64_t model_vocab = p.vocab_size;
   models::SamplingParams sp;
   sp.temperature = a.temperature >= 0 ? a.temperature : p.rollout.temperature;
   sp.top_p = p.rollout.top_p;
@@ -79,6 +124,7 @@ int run_generate(const GenerateArgs& a) {
   sp.vocab_limit = std::min(tok.vocab_size(), model_vocab);
   if (auto eos = tok.eos_id()) sp.stop_ids.push_back(*eos);
   std::vector<models::GenerationRequest> requests;
+  std::vector<std::vector<int64_t>> prompt_ids;
   for (size_t i = 0; i < a.prompts.size(); ++i) {
     std::vector<int64_t> ids;
     if (auto bos = tok.bos_id()) ids.push_back(*bos);
@@ -89,16 +135,18 @@ int run_generate(const GenerateArgs& a) {
         throw UserError("--prompt '" + a.prompts[i] + "': token id " + std::to_string(id) +
                         " is outside the model's vocabulary of " + std::to_string(model_vocab) +
                         " ids; the tokenizer does not belong to this model");
+    prompt_ids.push_back(ids);
     for (int64_t k = 0; k < a.samples; ++k)
       requests.push_back({ids, models::sample_seed(a.seed, 0, static_cast<int64_t>(i), k)});
   }
-  const auto out = models::generate(*p.model, requests, sp);
+  const auto out = p.policy->generate(requests, sp);
   for (size_t r = 0; r < out.size(); ++r) {
     double logp = 0;
     for (double x : out[r].logp) logp += x;
     std::cout << a.prompts[r / a.samples] << " -> " << tok.decode(out[r].tokens, true) << "    (logp " << logp
               << (out[r].stopped ? "" : ", cut at max_new_tokens") << ")\n";
   }
+  if (!a.image_out.empty()) draw(p, prompt_ids, a);
   return 0;
 }
 

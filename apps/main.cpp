@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   pretrain->add_option("--set", pretrain_args.overrides, "override a recipe key")->take_all();
 
   tandem::app::GenerateArgs gen_args;
-  CLI::App* gen = app.add_subcommand("generate", "sample from a trained AR policy or a Hugging Face Llama / Qwen2");
+  CLI::App* gen = app.add_subcommand("generate", "sample text (and, from a unified model, images) from a trained policy or a Hugging Face Llama / Qwen2");
   gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory");
   auto* gen_model = gen->add_option("--model", gen_args.model, "Hugging Face model directory (instead of --checkpoint)");
   gen->add_option("--tokenizer", gen_args.tokenizer, "tokenizer.json for --model (default: the model directory's)")
@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
   gen->add_option("--seed", gen_args.seed, "sampling seed");
+  gen->add_option("--image-out", gen_args.image_out,
+                  "unified-model checkpoints: also draw each prompt (a column per prompt, a row per sample) into "
+                  "this PNG, with a .json of the prompts beside it");
 
   std::string ckpt_path, export_out;
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
@@ -125,8 +128,10 @@ int main(int argc, char** argv) {
   bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")->check(CLI::PositiveNumber);
 
   tandem::app::BenchStepArgs step_args;
-  CLI::App* bench_step = bench->add_subcommand("step", "one track's training throughput at micro sizes 1, 2, 4, 8");
-  bench_step->add_option("--track", step_args.track, "ar or image")->check(CLI::IsMember({"ar", "image"}));
+  CLI::App* bench_step = bench->add_subcommand(
+      "step", "a track's training throughput at micro sizes 1, 2, 4, 8 (shared: both tracks on one unified model)");
+  bench_step->add_option("--track", step_args.track, "ar, image or shared")
+      ->check(CLI::IsMember({"ar", "image", "shared"}));
   bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
   bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
   bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);

@@ -12,12 +12,15 @@
 #include "common/error.h"
 #include "core/advantage.h"
 #include "core/rewards/reward_factory.h"
+#include "core/llama_policy.h"
 #include "core/timing.h"
+#include "core/unified_policy.h"
 #include "core/rollout_bridge.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
+#include "models/unified/weights.h"
 #include "models/safetensors.h"
 
 namespace tandem {
@@ -58,25 +61,29 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
     throw UserError("tracks.ar.model.vocab_size: " + std::to_string(ar.model.vocab_size) +
                     " is smaller than the tokenizer's vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
                     "); raise it");
-  const parallel::ParallelContext ctx = parallel::ParallelContext::from(comms.model_tp, comms.model_cp);
-  models::LlamaForCausalLM model{nullptr};
-  if (ar.model.hf_dir) {
-    model = models::load_llama(*ar.model.hf_dir, ctx, dtype);
+  if (ar.model.arch == "unified") {
+    if (ar.model.hf_dir) {
+      unified_ = models::load_unified(*ar.model.hf_dir, dtype);
+    } else {
+      unified_ = models::UnifiedModel(unified_config(ar.model, config.tracks.image.model),
+                                      static_cast<uint64_t>(config.run.seed));
+      unified_->to(dtype);
+    }
+    unified_->to(device);
+    policy_ = std::make_unique<UnifiedTextPolicy>(unified_);
   } else {
-    model = models::LlamaForCausalLM(llama_config(ar.model), ctx, static_cast<uint64_t>(config.run.seed));
-    model->to(dtype);
+    const parallel::ParallelContext ctx = parallel::ParallelContext::from(comms.model_tp, comms.model_cp);
+    models::LlamaForCausalLM model{nullptr};
+    if (ar.model.hf_dir) {
+      model = models::load_llama(*ar.model.hf_dir, ctx, dtype);
+    } else {
+      model = models::LlamaForCausalLM(llama_config(ar.model), ctx, static_cast<uint64_t>(config.run.seed));
+      model->to(dtype);
+    }
+    model->to(device);
+    policy_ = std::make_unique<LlamaPolicy>(model);
   }
-  model->to(device);
-  if (ar.algo.kl.coef > 0 && !rollout_only) {
-    models::LlamaForCausalLM ref(llama_config(ar.model), ctx, std::nullopt);
-    ref->to(dtype);
-    ref->to(device);
-    torch::NoGradGuard no_grad;
-    const auto src = model->named_parameters();
-    for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
-    reference_ = std::make_unique<LlamaPolicy>(ref);
-  }
-  policy_ = std::make_unique<LlamaPolicy>(model);
+  if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
   prompts_ = make_ar_prompts(ar.data, config.run.seed);
   reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
   geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
@@ -123,15 +130,15 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
     if (auto bos = tokenizer_->bos_id()) ids.push_back(*bos);
     const auto body = tokenizer_->encode(p.prompt.text);
     ids.insert(ids.end(), body.begin(), body.end());
-    if (static_cast<int64_t>(ids.size()) + ar.rollout.max_new_tokens > ar.model.max_seq_len)
+    if (static_cast<int64_t>(ids.size()) + ar.rollout.max_new_tokens > policy_->max_seq_len())
       throw UserError("prompt " + std::to_string(p.prompt.id) + " has " + std::to_string(ids.size()) +
                       " tokens; with rollout.max_new_tokens " + std::to_string(ar.rollout.max_new_tokens) +
-                      " it exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len));
+                      " it exceeds tracks.ar.model.max_seq_len " + std::to_string(policy_->max_seq_len()));
     prompt_ids.push_back(ids);
     for (int64_t k = 0; k < ar.rollout.group_size; ++k)
       requests.push_back({ids, models::sample_seed(config_.run.seed, step, p.slot, k)});
   }
-  const auto gens = models::generate(*policy_->model(), requests, sp);
+  const auto gens = policy_->generate(requests, sp);
   metrics["time/generate_s"] += seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<ArSample> samples;
@@ -373,7 +380,7 @@ std::vector<const ArSample*> ArTrack::micro_samples(const MicroBatch& micro) con
   return samples_of(micro, directory_, mine_);
 }
 
-std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(LlamaPolicy& policy, const Schedule& schedule,
+std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(PolicyModel& policy, const Schedule& schedule,
                                                                 const RolloutDirectory& directory,
                                                                 const std::vector<ArSample>& mine, double* entropy) {
   torch::NoGradGuard no_grad;
@@ -451,12 +458,11 @@ void ArTrack::finish(MetricMap& metrics) {
 }
 
 void ArTrack::save(const std::string& dir) {
-  models::save_llama(*policy_->model(), dir + "/ar_model", comms_.world->rank() == 0);
+  policy_->save(dir + "/ar_model", comms_.world->rank() == 0);
 }
 
 void ArTrack::load(const std::string& dir) {
-  const std::string path = dir + "/ar_model";
-  models::load_hf_state(*policy_->model(), models::load_hf_weights(path), path);
+  policy_->load(dir + "/ar_model");
 }
 
 nlohmann::json ArTrack::state() const { return {{"data_cursor", prompts_->cursor()}}; }

@@ -8,12 +8,13 @@
 
 #include "core/config.h"
 #include "core/exchange.h"
-#include "core/llama_policy.h"
+#include "core/text_policy.h"
 #include "core/policy_update.h"
 #include "core/rewards/reward_fn.h"
 #include "core/tasks/prompt_source.h"
 #include "core/track.h"
 #include "models/tokenizer.h"
+#include "models/unified/model.h"
 
 namespace tandem {
 
@@ -45,8 +46,13 @@ class ArTrack final : public Track {
   // Supervised warm-start on reference answers (tracks.ar.warmstart); returns the final loss.
   // Gradients are summed over comms.grad; its own optimizer; logged, not in metrics.jsonl.
   double warmstart();
+  // Step `step` of it (steps run in order from 0; the optimizer lives from step 0 to the last).
+  double warmstart_step(int64_t step);
 
-  models::LlamaForCausalLM& model() { return policy_->model(); }
+  TextPolicy& policy() { return *policy_; }
+  // The unified text + image model when tracks.ar.model.arch is unified (the image track draws
+  // with it under tracks.image.model.arch shared), else empty.
+  models::UnifiedModel unified_model() const { return unified_; }
   const models::Tokenizer& tokenizer() const { return *tokenizer_; }
 
   // This rank's share (over comms.dp) of `step`'s prompts: sampled and scored, no advantages.
@@ -77,7 +83,7 @@ class ArTrack final : public Track {
   std::vector<const ArSample*> micro_samples(const MicroBatch& micro) const;
   // No-grad per-token log-probs of every micro of this rank in `schedule` under `policy`, (N)
   // each; adds the entropy sum and its token count to `entropy` when given. No collectives.
-  std::vector<std::vector<torch::Tensor>> forward_micros(LlamaPolicy& policy, const Schedule& schedule,
+  std::vector<std::vector<torch::Tensor>> forward_micros(PolicyModel& policy, const Schedule& schedule,
                                                          const RolloutDirectory& directory,
                                                          const std::vector<ArSample>& mine, double* entropy);
   void reduce_entropy(const double entropy[2], MetricMap& metrics) const;
@@ -87,8 +93,9 @@ class ArTrack final : public Track {
   torch::Device device_;
   torch::Dtype dtype_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
-  std::unique_ptr<LlamaPolicy> policy_;
-  std::unique_ptr<LlamaPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
+  std::unique_ptr<TextPolicy> policy_;
+  std::unique_ptr<TextPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
+  models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one
   std::unique_ptr<tasks::PromptSource> prompts_;
   std::unique_ptr<rewards::RewardFn> reward_;
   UpdateOptions update_;
@@ -103,6 +110,8 @@ class ArTrack final : public Track {
   int64_t dp_rank_ = 0, dp_size_ = 1;
   int64_t policy_version_ = 0, start_step_ = 0;
   double publish_s_ = 0;
+  std::unique_ptr<tasks::PromptSource> warm_source_;  // the warm-start in progress
+  std::unique_ptr<torch::optim::AdamW> warm_opt_;
 };
 
 }  // namespace tandem

@@ -10,48 +10,53 @@
 namespace tandem {
 
 double ArTrack::warmstart() {
+  double loss = 0;
+  for (int64_t step = 0; step < config_.tracks.ar.warmstart.steps; ++step) loss = warmstart_step(step);
+  return loss;
+}
+
+double ArTrack::warmstart_step(int64_t step) {
   const ArTrackConfig& ar = config_.tracks.ar;
   const ArWarmstartConfig& w = ar.warmstart;
-  if (w.steps == 0) return 0;
-  auto source = make_ar_prompts(ar.data, config_.run.seed + 1);
-  torch::optim::AdamW opt(policy_->parameters(), torch::optim::AdamWOptions(w.lr));
-  double loss_value = 0;
-  for (int64_t step = 0; step < w.steps; ++step) {
-    const auto shard = tasks::next_step_shard(*source, w.batch_size, dp_rank_, dp_size_);
-    std::vector<ArSample> samples;
-    double local_tokens = 0;
-    for (const auto& p : shard) {
-      ArSample s;
-      if (auto bos = tokenizer_->bos_id()) s.tokens.push_back(*bos);
-      const auto prompt = tokenizer_->encode(p.prompt.text);
-      s.tokens.insert(s.tokens.end(), prompt.begin(), prompt.end());
-      s.prompt_len = static_cast<int64_t>(s.tokens.size());
-      auto answer = tokenizer_->encode(p.prompt.answer);
-      if (auto eos = tokenizer_->eos_id()) answer.push_back(*eos);
-      s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
-      s.response_mask.assign(answer.size(), 1);
-      local_tokens += static_cast<double>(answer.size());
-      samples.push_back(std::move(s));
-    }
-    torch::Tensor n_tok = torch::tensor({local_tokens}, torch::kFloat64);
-    comms_.dp->all_reduce(n_tok);  // token-mean over the whole batch, like the RL loss
-    std::vector<const ArSample*> ptrs;
-    for (const auto& s : samples) ptrs.push_back(&s);
-    const PackedBatch b = collate_packed(ptrs, {}, dtype_);
-    const auto out = policy_->forward_packed(b, false);
-    const torch::Tensor mask = b.loss_mask.to(out.logp.device());
-    const torch::Tensor loss = -(out.logp * mask).sum() / n_tok.item<double>();
-    loss.backward();
-    parallel::all_reduce_gradients(policy_->parameters(), *comms_.grad);
-    torch::nn::utils::clip_grad_norm_(policy_->parameters(), 1.0);
-    opt.step();
-    opt.zero_grad();
-    torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);
-    comms_.dp->all_reduce(l);
-    loss_value = l.item<double>();
-    if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
-      spdlog::info("warmstart {}/{} | answer-token NLL {:.4f}", step + 1, w.steps, loss_value);
+  if (step == 0) {
+    warm_source_ = make_ar_prompts(ar.data, config_.run.seed + 1);
+    warm_opt_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), torch::optim::AdamWOptions(w.lr));
   }
+  const auto shard = tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
+  std::vector<ArSample> samples;
+  double local_tokens = 0;
+  for (const auto& p : shard) {
+    ArSample s;
+    if (auto bos = tokenizer_->bos_id()) s.tokens.push_back(*bos);
+    const auto prompt = tokenizer_->encode(p.prompt.text);
+    s.tokens.insert(s.tokens.end(), prompt.begin(), prompt.end());
+    s.prompt_len = static_cast<int64_t>(s.tokens.size());
+    auto answer = tokenizer_->encode(p.prompt.answer);
+    if (auto eos = tokenizer_->eos_id()) answer.push_back(*eos);
+    s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
+    s.response_mask.assign(answer.size(), 1);
+    local_tokens += static_cast<double>(answer.size());
+    samples.push_back(std::move(s));
+  }
+  torch::Tensor n_tok = torch::tensor({local_tokens}, torch::kFloat64);
+  comms_.dp->all_reduce(n_tok);  // token-mean over the whole batch, like the RL loss
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const PackedBatch b = collate_packed(ptrs, {}, dtype_);
+  const auto out = policy_->forward_packed(b, false);
+  const torch::Tensor mask = b.loss_mask.to(out.logp.device());
+  const torch::Tensor loss = -(out.logp * mask).sum() / n_tok.item<double>();
+  loss.backward();
+  parallel::all_reduce_gradients(policy_->parameters(), *comms_.grad);
+  torch::nn::utils::clip_grad_norm_(policy_->parameters(), 1.0);
+  warm_opt_->step();
+  warm_opt_->zero_grad();
+  torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);
+  comms_.dp->all_reduce(l);
+  const double loss_value = l.item<double>();
+  if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
+    spdlog::info("warmstart {}/{} | answer-token NLL {:.4f}", step + 1, w.steps, loss_value);
+  if (step + 1 == w.steps) warm_opt_.reset(), warm_source_.reset();
   return loss_value;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "parallel/parallel_dims.h"
 
@@ -15,7 +16,7 @@ Config config_from_yaml_node(const YAML::Node& root);  // config_schema.cpp
 extern const char* const kEmbeddedQuickstart;          // generated from configs/quickstart.yaml
 
 const std::vector<std::string>& ar_task_names() {
-  static const std::vector<std::string> names{"reverse_digits", "sort_digits", "add", "jsonl"};
+  static const std::vector<std::string> names{"reverse_digits", "sort_digits", "add", "shape_corners", "jsonl"};
   return names;
 }
 const std::vector<std::string>& ar_reward_names() {
@@ -114,6 +115,18 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
           "head dimension " + std::to_string(m.hidden_size / m.num_heads) + " must be even for RoPE");
   require(m.num_heads % m.num_kv_heads == 0, mp + ".num_kv_heads",
           std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
+  if (m.arch == "unified") {
+    const std::string why = " (arch unified: the shared text + image transformer of models/unified)";
+    require(m.num_kv_heads == m.num_heads, mp + ".num_kv_heads",
+            "must equal num_heads (" + std::to_string(m.num_heads) + "): its attention is multi-head" + why);
+    require(!m.tie_embeddings, mp + ".tie_embeddings", "must be false: its LM head is untied" + why);
+    require(!m.qkv_bias, mp + ".qkv_bias", "must be false: its projections have no biases" + why);
+    require(c.parallel.tp == 1 && c.parallel.cp == 1, mp + ".arch",
+            "unified runs with parallel.tp: 1 and parallel.cp: 1 (its layers have no tensor- or context-parallel "
+            "form yet); scale it with dp");
+    require(c.parallel.rollout_ranks == 0 && !c.train.overlap, mp + ".arch",
+            "unified does not support parallel.rollout_ranks or train.overlap yet; set them to 0 / false");
+  }
   require(ar.rollout.max_new_tokens < m.max_seq_len, "tracks.ar.rollout.max_new_tokens",
           std::to_string(ar.rollout.max_new_tokens) + " leaves no room for a prompt within model.max_seq_len " +
               std::to_string(m.max_seq_len));
@@ -133,6 +146,8 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   require(ar.data.task != "jsonl" || ar.data.path, "tracks.ar.data.path", "required when data.task is jsonl");
   require(!ar.data.min_digits || !ar.data.max_digits || *ar.data.min_digits <= *ar.data.max_digits,
           "tracks.ar.data.min_digits", "must not exceed max_digits");
+  require(ar.data.task != "shape_corners" || (!ar.data.min_digits && !ar.data.max_digits), "tracks.ar.data.min_digits",
+          "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
   const auto& names = ar_reward_names();
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           "'" + ar.reward.kind + "' is not a built-in AR reward (exact_match|partial_match|math_answer|command)");
@@ -193,6 +208,21 @@ void validate_image(const Config& c) {
   require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
           std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
   require(im.sampler.eval_steps >= 1 && im.sampler.steps >= 1, "tracks.image.sampler.steps", "must be >= 1");
+  if (m.arch == "shared") {
+    const ArTrackConfig& ar = c.tracks.ar;
+    require(ar.enabled && ar.model.arch == "unified", mp + ".arch",
+            "shared draws with the AR track's model: enable tracks.ar and set tracks.ar.model.arch: unified");
+    for (auto [key, mine, trunk] : {std::tuple<const char*, int64_t, int64_t>{"hidden_size", m.hidden_size, ar.model.hidden_size},
+                                    {"num_layers", m.num_layers, ar.model.num_layers},
+                                    {"num_heads", m.num_heads, ar.model.num_heads}})
+      require(mine == trunk, mp + "." + key,
+              std::to_string(mine) + " differs from tracks.ar.model." + key + " " + std::to_string(trunk) +
+                  ": with arch shared there is one trunk, tracks.ar.model's; set both to " + std::to_string(trunk));
+    require(im.pretrain.steps == 0 || ar.warmstart.steps <= im.pretrain.steps, "tracks.ar.warmstart.steps",
+            std::to_string(ar.warmstart.steps) + " exceeds tracks.image.pretrain.steps " +
+                std::to_string(im.pretrain.steps) + ": a shared model's text warm-start steps interleave with its "
+                "flow pretraining steps (at most one after each); lower it");
+  }
   const auto& names = image_reward_names();
   require(std::find(names.begin(), names.end(), im.reward.kind) != names.end(), "tracks.image.reward.kind",
           "'" + im.reward.kind + "' is not a built-in image reward");

@@ -65,7 +65,9 @@ struct RewardConfig {
 };
 
 struct ArModelConfig {
-  std::optional<std::string> hf_dir;
+  std::optional<std::string> hf_dir;  // llama: a Hugging Face directory; unified: a save_unified one
+  // llama: a decoder-only LM; unified: the shared text + image transformer (models/unified), its
+  // image side sized by tracks.image.model, which draws with it under tracks.image.model.arch shared.
   std::string arch = "llama";
   int64_t vocab_size = 64;
   int64_t hidden_size = 64;
@@ -163,6 +165,8 @@ struct ArTrackConfig {
 };
 
 struct ImageModelConfig {
+  // dit: the track's own class-conditional DiT; shared: the AR track's unified model, prompted with
+  // the text "draw <class>" (then hidden_size, num_layers, num_heads must equal tracks.ar.model's).
   std::string arch = "dit";
   int64_t image_size = 16;
   int64_t channels = 3;

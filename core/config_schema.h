@@ -74,7 +74,7 @@ template <class V> void visit(V& v, RewardConfig& c) {
 
 template <class V> void visit(V& v, ArModelConfig& c) {
   v.field("hf_dir", c.hf_dir);
-  v.choice("arch", c.arch, {"llama"});
+  v.choice("arch", c.arch, {"llama", "unified"});
   v.field("vocab_size", c.vocab_size, at_least(1));
   v.field("hidden_size", c.hidden_size, at_least(1));
   v.field("num_layers", c.num_layers, at_least(1));
@@ -161,7 +161,7 @@ template <class V> void visit(V& v, ArTrackConfig& c) {
 }
 
 template <class V> void visit(V& v, ImageModelConfig& c) {
-  v.choice("arch", c.arch, {"dit"});
+  v.choice("arch", c.arch, {"dit", "shared"});
   v.field("image_size", c.image_size, at_least(1));
   v.field("channels", c.channels, at_least(1));
   v.field("patch_size", c.patch_size, at_least(1));

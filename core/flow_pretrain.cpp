@@ -15,8 +15,9 @@
 
 namespace tandem {
 
-FlowPretrainSummary pretrain_flow(models::DitImpl& model, const Config& config, parallel::Communicator& dp,
-                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir) {
+FlowPretrainSummary pretrain_flow(models::FlowModel& model, const Config& config, parallel::Communicator& dp,
+                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir,
+                                  const std::function<void(int64_t)>& between) {
   const ImageTrackConfig& im = config.tracks.image;
   const ImagePretrainConfig& p = im.pretrain;
   tasks::ShapesDataset data({im.model.image_size, im.model.channels, im.model.num_classes,
@@ -44,14 +45,14 @@ FlowPretrainSummary pretrain_flow(models::DitImpl& model, const Config& config, 
     const torch::Tensor noise = at::randn(b.images.sizes(), gen, torch::kFloat32);          // (B, C, H, W)
     const torch::Tensor s = torch::sigmoid(at::randn({p.batch_size}, gen, torch::kFloat32));  // (B) logit-normal
     const torch::Tensor drop = at::rand({p.batch_size}, gen, torch::kFloat32) < p.label_dropout;
-    const torch::Tensor labels = torch::where(drop, torch::full_like(b.labels, im.model.num_classes), b.labels);
+    const torch::Tensor labels = torch::where(drop, torch::full_like(b.labels, model.null_label()), b.labels);
     auto rows = [&](const torch::Tensor& t) { return t.slice(0, first, first + count).to(device); };
     const torch::Tensor x0 = rows(b.images).to(dtype), eps = rows(noise).to(dtype);
     const torch::Tensor sig = rows(s).to(dtype);
     const torch::Tensor xt = (1 - sig.view({-1, 1, 1, 1})) * x0 + sig.view({-1, 1, 1, 1}) * eps;
     torch::Tensor loss = torch::zeros({}, x0.options());
     if (count > 0) {
-      const torch::Tensor v = model.forward(xt, sig, rows(labels));
+      const torch::Tensor v = model.velocity(xt, sig, rows(labels));
       loss = (v - (eps - x0)).pow(2).flatten(1).mean(1).sum() / static_cast<double>(p.batch_size);
       loss.backward();
     }
@@ -64,15 +65,14 @@ FlowPretrainSummary pretrain_flow(models::DitImpl& model, const Config& config, 
     const double value = l.item<double>();
     if (step == 0) summary.first_loss = value;
     if (step >= tail_from) tail_sum += value, ++tail_n;
+    if (between) between(step);
     if (log.is_open()) log << "{\"step\": " << step + 1 << ", \"loss\": " << value << "}\n";
     if ((step + 1) % std::max<int64_t>(1, p.steps / 10) == 0)
       spdlog::info("pretrain-flow {}/{} | velocity MSE {:.4f}", step + 1, p.steps, value);
   }
   summary.final_loss = tail_n ? tail_sum / tail_n : 0;
   if (save_dir && rank0) {
-    std::map<std::string, torch::Tensor> tensors;
-    for (const auto& q : model.named_parameters()) tensors[q.key()] = q.value().detach();
-    models::save_safetensors(*save_dir + "/model.safetensors", tensors);
+    models::save_safetensors(*save_dir + "/model.safetensors", model.named_tensors());
     std::vector<int64_t> labels;
     std::vector<models::NoiseKey> keys;
     for (int64_t row = 0; row < 4; ++row)

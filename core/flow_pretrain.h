@@ -2,11 +2,12 @@
 // point FlowGRPO assumes: a model that already draws the classes).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "core/config.h"
-#include "models/dit/dit.h"
+#include "models/dit/flow_model.h"
 #include "parallel/communicator.h"
 
 namespace tandem {
@@ -20,7 +21,10 @@ struct FlowPretrainSummary {
 // logit-normal(0, 1) (SD3's choice), target v = eps - x0, labels dropped to the null class with
 // label_dropout. Each dp rank takes its slice of every batch; gradients are summed over `grad`.
 // With save_dir, rank 0 writes model.safetensors, loss.jsonl and samples.png there.
-FlowPretrainSummary pretrain_flow(models::DitImpl& model, const Config& config, parallel::Communicator& dp,
-                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir);
+// `between(step)` (when set) runs after each step's update: a shared model's text warm-start
+// interleaves its steps there.
+FlowPretrainSummary pretrain_flow(models::FlowModel& model, const Config& config, parallel::Communicator& dp,
+                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir,
+                                  const std::function<void(int64_t)>& between = {});
 
 }  // namespace tandem

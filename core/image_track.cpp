@@ -17,11 +17,16 @@
 #include "core/image_io.h"
 #include "core/rewards/image_rewards.h"
 #include "core/rewards/reward_factory.h"
+#include "core/rewards/shape_classifier.h"
+#include "core/unified_policy.h"
 #include "core/timing.h"
 #include "core/tasks/shapes.h"
 #include "models/dit/flow_sde.h"
 #include "models/dit/sampler.h"
 #include "models/safetensors.h"
+#include "models/unified/flow.h"
+
+#include <fstream>
 
 namespace fs = std::filesystem;
 
@@ -66,41 +71,44 @@ models::DitConfig dit_config(const ImageModelConfig& m) {
   return c;
 }
 
-std::map<std::string, torch::Tensor> parameters_by_name(models::DitImpl& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach();
-  return out;
+std::unique_ptr<models::FlowModel> make_dit(const ImageModelConfig& m, uint64_t seed, torch::Device device,
+                                            torch::Dtype dtype) {
+  torch::manual_seed(seed);  // the DiT's init draws from the global generator
+  models::Dit dit(dit_config(m));
+  dit->to(device, dtype);
+  return std::make_unique<models::DitFlow>(dit);
 }
 
-void load_parameters(models::DitImpl& model, const std::string& path) {
-  const auto tensors = models::load_safetensors(path);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model.named_parameters()) {
-    auto it = tensors.find(p.key());
-    if (it == tensors.end()) throw UserError(path + ": missing tensor " + p.key());
-    if (it->second.sizes() != p.value().sizes())
-      throw UserError(path + ": " + p.key() + " has shape " + c10::str(it->second.sizes()) + ", the model wants " +
-                      c10::str(p.value().sizes()) + " (does tracks.image.model match the saved model?)");
-    p.value().copy_(it->second);
-  }
-}
+void load_file(models::FlowModel& model, const std::string& path) { model.load_tensors(models::load_safetensors(path), path); }
 
 }  // namespace
 
-ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype)
+ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+                       models::UnifiedModel shared, const models::Tokenizer* tokenizer)
     : config_(config), comms_(comms), device_(device), dtype_(dtype) {
   const ImageTrackConfig& im = config.tracks.image;
   dp_rank_ = comms.dp->rank();
   dp_size_ = comms.dp->size();
   tasks::validate_shapes_options({im.model.image_size, im.model.channels, im.model.num_classes, 0});
-  torch::manual_seed(static_cast<uint64_t>(config.run.seed) + 17);  // the DiT's init draws from the global generator
-  model_ = models::Dit(dit_config(im.model));
-  model_->to(device, dtype);
-  if (im.algo.kl.coef > 0) {
-    reference_ = models::Dit(dit_config(im.model));
-    reference_->to(device, dtype);
-    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  if (im.model.arch == "shared") {
+    if (shared.is_empty() || tokenizer == nullptr)
+      throw std::logic_error("ImageTrack: arch shared needs the AR track's unified model and tokenizer");
+    const auto prompts = class_prompts(*tokenizer, im.model.num_classes);
+    flow_ = std::make_unique<models::UnifiedFlow>(shared, prompts);
+    if (im.algo.kl.coef > 0) {
+      models::UnifiedModel ref(shared->config(), std::nullopt);
+      ref->to(device, dtype);
+      for (auto& p : ref->parameters()) p.set_requires_grad(false);
+      reference_ = std::make_unique<models::UnifiedFlow>(ref, prompts);
+    }
+  } else {
+    flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
+    if (im.algo.kl.coef > 0) {
+      reference_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
+      for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+    }
   }
+  refresh_reference();
   if (im.reward.kind == "command") {
     command_reward_ = rewards::make_reward("command", im.reward.command, im.reward.timeout_s);
   } else {
@@ -114,21 +122,27 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
 
 ImageTrack::~ImageTrack() = default;
 
-void ImageTrack::pretrain_or_load(bool fresh_start) {
+bool ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between) {
   const ImagePretrainConfig& p = config_.tracks.image.pretrain;
   const std::string weights = p.path ? *p.path + "/model.safetensors" : "";
+  bool loaded = false;
   if (p.path && fs::exists(weights)) {
-    load_parameters(*model_, weights);
-    spdlog::info("image: pretrained flow loaded from {}", weights);
+    load_file(*flow_, weights);
+    loaded = true;
+    spdlog::info("image: pretrained {} loaded from {}", shared() ? "shared model" : "flow", weights);
   } else if (fresh_start && p.steps > 0) {
-    const FlowPretrainSummary s = pretrain_flow(*model_, config_, *comms_.dp, *comms_.grad, p.path);
+    const FlowPretrainSummary s = pretrain_flow(*flow_, config_, *comms_.dp, *comms_.grad, p.path, between);
     spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
   }
-  if (reference_) {
-    torch::NoGradGuard no_grad;
-    const auto src = model_->named_parameters();
-    for (auto& q : reference_->named_parameters()) q.value().copy_(src[q.key()]);
-  }
+  refresh_reference();
+  return loaded;
+}
+
+void ImageTrack::refresh_reference() {
+  if (!reference_) return;
+  torch::NoGradGuard no_grad;
+  const auto src = flow_->named_tensors();
+  reference_->load_tensors(src, "the image policy");
 }
 
 std::vector<double> ImageTrack::score(const torch::Tensor& images, const std::vector<int64_t>& labels,
@@ -164,7 +178,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
   std::vector<ImageSample> local;
   if (!labels.empty()) {
     const torch::Tensor label_t = torch::tensor(labels, torch::kInt64).to(device_);
-    const models::SdeRollout r = models::sample_sde(*model_, label_t, keys, so);
+    const models::SdeRollout r = models::sample_sde(*flow_, label_t, keys, so);
     metrics["time/generate_s"] = seconds_since(t0);
     const auto t1 = std::chrono::steady_clock::now();
     const torch::Tensor images = r.latents.select(1, im.sampler.steps).to(torch::kCPU);  // (B, C, H, W)
@@ -219,27 +233,77 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
 
   const auto t3 = std::chrono::steady_clock::now();
   old_logp_.clear();
+  old_slices_.clear();
   ref_mean_.clear();
   {
     torch::NoGradGuard no_grad;
     for (const auto& mini : schedule_.minis) {
       old_logp_.emplace_back();
+      old_slices_.emplace_back();
       ref_mean_.emplace_back();
       for (const auto& micro : mini.ranks[dp_rank_].micros) {
         const auto samples = micro_samples(micro);
         std::vector<torch::Tensor> cols;
         ref_mean_.back().emplace_back();
         for (int64_t k = 0; k < train_timesteps_; ++k) {
-          if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*model_, samples, k).log_prob);
+          if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*flow_, samples, k).log_prob);
           if (reference_) ref_mean_.back().back().push_back(transition(*reference_, samples, k).mean);
         }
         old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
+        old_slices_.back().emplace_back();
+        for (const auto* s : samples) old_slices_.back().back().push_back(s->index);
       }
     }
+    if (hooks_.old_logp_micro_batch_size && im.algo.old_logp == OldLogp::kRecompute)
+      recompute_old_logp_for_test(sch);
   }
   metrics["time/old_logp_s"] = seconds_since(t3);
   loss_sum_ = kl_sum_ = first_ratio_dev_ = ratio_dev_ = 0;
   stats_ = PolicyStats{};
+}
+
+void ImageTrack::check_old_logp_slice(int64_t mini, size_t micro, const std::vector<const ImageSample*>& samples) const {
+  std::vector<int64_t> ids;
+  for (const auto* s : samples) ids.push_back(s->index);
+  const std::vector<int64_t>& old = old_slices_.at(static_cast<size_t>(mini)).at(micro);
+  if (ids == old) return;
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string out;
+    for (int64_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+    return "[" + out + "]";
+  };
+  throw std::logic_error("image track: the old log-probs of mini-batch " + std::to_string(mini) + " micro " +
+                         std::to_string(micro) + " were computed in the micro " + list(old) +
+                         ", not in the training micro " + list(ids) +
+                         "; old log-probs must come from exactly the training slices or the first ratio is not 1");
+}
+
+void ImageTrack::recompute_old_logp_for_test(const ScheduleOptions& training) {
+  ScheduleOptions other = training;
+  other.micro_batch_size = hooks_.old_logp_micro_batch_size;
+  other.max_tokens_per_micro.reset();
+  const Schedule alt = build_schedule(directory_.costs, other);
+  std::map<int64_t, torch::Tensor> row;                  // sample id -> (T) old log-probs
+  std::map<int64_t, std::vector<int64_t>> computed_in;  // sample id -> the alt micro's ids
+  for (const auto& mini : alt.minis)
+    for (const auto& micro : mini.ranks[dp_rank_].micros) {
+      const auto samples = micro_samples(micro);
+      std::vector<torch::Tensor> cols;
+      for (int64_t k = 0; k < train_timesteps_; ++k) cols.push_back(transition(*flow_, samples, k).log_prob);
+      const torch::Tensor t = torch::stack(cols, 1);  // (B, T)
+      std::vector<int64_t> ids;
+      for (const auto* s : samples) ids.push_back(s->index);
+      for (size_t i = 0; i < samples.size(); ++i) row[samples[i]->index] = t[static_cast<int64_t>(i)], computed_in[samples[i]->index] = ids;
+    }
+  for (size_t mi = 0; mi < schedule_.minis.size(); ++mi) {
+    const auto& micros = schedule_.minis[mi].ranks[dp_rank_].micros;
+    for (size_t m = 0; m < micros.size(); ++m) {
+      std::vector<torch::Tensor> rows;
+      for (const auto* s : micro_samples(micros[m])) rows.push_back(row.at(s->index));
+      old_logp_[mi][m] = torch::stack(rows);  // (B, T)
+      old_slices_[mi][m] = computed_in.at(micro_samples(micros[m]).front()->index);
+    }
+  }
 }
 
 std::vector<const ImageSample*> ImageTrack::micro_samples(const MicroBatch& micro) const {
@@ -253,7 +317,7 @@ std::vector<const ImageSample*> ImageTrack::micro_samples(const MicroBatch& micr
   return out;
 }
 
-ImageTrack::Transition ImageTrack::transition(models::DitImpl& model, const std::vector<const ImageSample*>& samples,
+ImageTrack::Transition ImageTrack::transition(models::FlowModel& model, const std::vector<const ImageSample*>& samples,
                                               size_t k) const {
   const SamplerConfig& sc = config_.tracks.image.sampler;
   std::vector<torch::Tensor> x, x_next;
@@ -287,13 +351,14 @@ void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
   for (size_t m = 0; m < micros.size(); ++m) {
     const auto samples = micro_samples(micros[m]);
     const int64_t b = static_cast<int64_t>(samples.size());
+    if (im.algo.old_logp == OldLogp::kRecompute && !hooks_.skip_slice_guard) check_old_logp_slice(mini, m, samples);
     std::vector<double> adv_v;
     for (const auto* s : samples) adv_v.push_back(s->advantage);
     const torch::Tensor ones = torch::ones({b}, torch::kFloat64);
     const torch::Tensor idx = torch::arange(b, torch::kInt64);
     const torch::Tensor seq_tokens = torch::full({b}, static_cast<double>(train_timesteps_), torch::kFloat64);
     for (int64_t k = 0; k < train_timesteps_; ++k) {
-      const Transition tr = transition(*model_, samples, k);
+      const Transition tr = transition(*flow_, samples, k);
       const torch::Tensor logp = tr.log_prob.to(torch::kCPU).to(torch::kFloat64);  // (B)
       torch::Tensor old;
       if (im.algo.old_logp == OldLogp::kRecompute) old = old_logp_[mini][m].select(1, k);
@@ -346,30 +411,52 @@ void ImageTrack::finish(MetricMap& metrics) {
 void ImageTrack::save(const std::string& dir) {
   if (comms_.world->rank() != 0) return;
   fs::create_directories(dir + "/image_model");
-  models::save_safetensors(dir + "/image_model/model.safetensors", parameters_by_name(*model_));
+  // A shared model is the AR track's, saved there (ar_model/).
+  if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
   // The KL reference is the starting policy; it is saved so a resume keeps the same one.
-  if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", parameters_by_name(*reference_));
+  if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", reference_->named_tensors());
 }
 
 void ImageTrack::load(const std::string& dir) {
-  load_parameters(*model_, dir + "/image_model/model.safetensors");
-  if (reference_) load_parameters(*reference_, dir + "/image_model/reference.safetensors");
+  if (!shared()) load_file(*flow_, dir + "/image_model/model.safetensors");
+  if (reference_) load_file(*reference_, dir + "/image_model/reference.safetensors");
 }
 
-void ImageTrack::write_sample_grid(const std::string& path) {
+double ImageTrack::write_sample_grid(const std::string& path) {
   const ImageTrackConfig& im = config_.tracks.image;
   std::vector<int64_t> labels;
   std::vector<models::NoiseKey> keys;
-  for (int64_t row = 0; row < 2; ++row)
+  for (int64_t row = 0; row < 4; ++row)
     for (int64_t c = 0; c < im.model.num_classes; ++c) {
       labels.push_back(c);
       keys.push_back({static_cast<uint64_t>(config_.run.seed), -1, c, row});  // fixed across the run
     }
   models::OdeSamplerOptions o{im.sampler.eval_steps, im.sampler.shift, im.sampler.cfg};
   torch::NoGradGuard no_grad;
-  const torch::Tensor images = models::sample_ode(*model_, torch::tensor(labels, torch::kInt64).to(device_), keys, o);
+  const torch::Tensor images =  // (2K, C, H, W)
+      models::sample_ode(*flow_, torch::tensor(labels, torch::kInt64).to(device_), keys, o).to(torch::kCPU).to(torch::kFloat32);
   fs::create_directories(fs::path(path).parent_path());
-  write_png_grid(path, images.to(torch::kCPU).to(torch::kFloat32), im.model.num_classes);
+  write_png_grid(path, images, im.model.num_classes);
+  // What each cell was asked to draw and what the shape classifier sees in it.
+  const std::vector<int64_t> seen = rewards::ShapeClassifier(im.model.image_size, im.model.num_classes).classify(images);
+  nlohmann::json cells = nlohmann::json::array();
+  int64_t right = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    right += seen[i] == labels[i] ? 1 : 0;
+    cells.push_back({{"row", static_cast<int64_t>(i) / im.model.num_classes},
+                     {"column", static_cast<int64_t>(i) % im.model.num_classes},
+                     {"prompt", shared() ? class_prompt_text(labels[i]) : "class " + std::to_string(labels[i])},
+                     {"class", tasks::shape_name(labels[i])},
+                     {"classified_as", tasks::shape_name(seen[i])}});
+  }
+  const double accuracy = static_cast<double>(right) / static_cast<double>(labels.size());
+  const std::string json_path = fs::path(path).replace_extension(".json").string();
+  std::ofstream(json_path) << nlohmann::json{{"image", fs::path(path).filename().string()},
+                                             {"columns", im.model.num_classes},
+                                             {"shape_class_accuracy", accuracy},
+                                             {"cells", cells}}.dump(2)
+                           << "\n";
+  return accuracy;
 }
 
 }  // namespace tandem

@@ -1,10 +1,14 @@
 // The image track: FlowGRPO on a class-conditional DiT. prepare() samples SDE trajectories with
 // per-transition log-probs, scores the final images, computes group advantages (clamped to
 // adv_clip_max), picks each sample's trained timesteps, exchanges and schedules samples with the
-// track's own micro geometry, and recomputes old log-probs over exactly those micros.
+// track's own micro geometry, and recomputes old log-probs over exactly those micros. The policy
+// is a FlowModel: its own DiT (labels are classes), or with tracks.image.model.arch shared the AR
+// track's unified model, which reads each label as the text prompt "draw <class>".
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/config.h"
 #include "core/exchange.h"
@@ -12,16 +16,29 @@
 #include "core/rewards/image_reward_fn.h"
 #include "core/rewards/reward_fn.h"
 #include "core/track.h"
-#include "models/dit/dit.h"
+#include "models/dit/flow_model.h"
+#include "models/tokenizer.h"
+#include "models/unified/model.h"
 
 namespace tandem {
 
+// Tests only: recompute old log-probs over micros of another size than training's (what a separate
+// "log-prob micro size" would do). The slice guard in accumulate() refuses such old log-probs
+// unless skip_slice_guard, which exists so a test can show what the guard prevents.
+struct ImageTrackTestHooks {
+  std::optional<int64_t> old_logp_micro_batch_size;
+  bool skip_slice_guard = false;
+};
+
 class ImageTrack final : public Track {
  public:
-  ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype);
+  // shared / tokenizer: the AR track's unified model and tokenizer (arch shared), else empty.
+  ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+             models::UnifiedModel shared = models::UnifiedModel{nullptr},
+             const models::Tokenizer* tokenizer = nullptr);
   ~ImageTrack() override;
   std::string name() const override { return "image"; }
-  std::vector<torch::Tensor> parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> parameters() override { return flow_->parameters(); }
 
   void prepare(int64_t step, MetricMap& metrics) override;
   void accumulate(int64_t mini, double weight, MetricMap& metrics) override;
@@ -33,31 +50,43 @@ class ImageTrack final : public Track {
   void restore(const nlohmann::json&) override {}
 
   // Loads tracks.image.pretrain.path when it holds weights, else runs the pretraining steps
-  // (fresh starts only) and saves them there. Collective over the dp group.
-  void pretrain_or_load(bool fresh_start);
-  // Rank-local: an ODE-sampled grid (two rows per class) written as a PNG.
-  void write_sample_grid(const std::string& path);
+  // (fresh starts only) and saves them there; `between(i)` runs after pretraining step i (the
+  // shared model's text warm-start interleaves there). Returns true when weights were loaded.
+  // Collective over the dp group. Takes the KL reference from the result.
+  bool pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between = {});
+  // Copies the policy into the KL reference (after every change of the starting weights).
+  void refresh_reference();
+  // Rank-local: an ODE-sampled grid (four rows, a column per class) written as a PNG, with a JSON beside it
+  // (same name, .json) holding each cell's prompt and the shape classifier's verdict. Returns the
+  // share of cells whose shape the classifier reads as their prompt's class.
+  double write_sample_grid(const std::string& path);
 
-  models::Dit& model() { return model_; }
+  models::FlowModel& flow() { return *flow_; }
+  void set_test_hooks(const ImageTrackTestHooks& hooks) { hooks_ = hooks; }
+  bool shared() const { return config_.tracks.image.model.arch == "shared"; }
 
  private:
   std::vector<double> score(const torch::Tensor& images, const std::vector<int64_t>& labels,
                             const std::vector<int64_t>& ids);
   std::vector<const ImageSample*> micro_samples(const MicroBatch& micro) const;
+  // Throws std::logic_error unless micro `micro` of `mini` trains on exactly the samples, in the
+  // order, its old log-probs were computed over.
+  void check_old_logp_slice(int64_t mini, size_t micro, const std::vector<const ImageSample*>& samples) const;
+  void recompute_old_logp_for_test(const ScheduleOptions& training);
   // One trained transition (slot k) of a micro's samples under `model`.
   struct Transition {
     torch::Tensor log_prob;  // (B)
     torch::Tensor mean;      // (B, C, H, W)
     torch::Tensor std_dev;   // (B) std_dev_t
   };
-  Transition transition(models::DitImpl& model, const std::vector<const ImageSample*>& samples, size_t k) const;
+  Transition transition(models::FlowModel& model, const std::vector<const ImageSample*>& samples, size_t k) const;
 
   Config config_;
   TrainerComms comms_;
   torch::Device device_;
   torch::Dtype dtype_;
-  models::Dit model_{nullptr};
-  models::Dit reference_{nullptr};  // frozen copy for the KL on transition means (kl.coef > 0)
+  std::unique_ptr<models::FlowModel> flow_;       // the policy
+  std::unique_ptr<models::FlowModel> reference_;  // frozen copy for the KL on transition means (kl.coef > 0)
   std::unique_ptr<rewards::ImageRewardFn> reward_;
   std::unique_ptr<rewards::RewardFn> command_reward_;  // reward.kind: command (PNG files)
   MicroGeometry geometry_;
@@ -68,6 +97,10 @@ class ImageTrack final : public Track {
   Schedule schedule_;
   std::vector<ImageSample> mine_;
   std::vector<std::vector<torch::Tensor>> old_logp_;               // [mini][micro] (B, T)
+  // [mini][micro] the sample ids each old log-prob row came from, in the micro it was computed in:
+  // the guard checks they are exactly the training micro's.
+  std::vector<std::vector<std::vector<int64_t>>> old_slices_;
+  ImageTrackTestHooks hooks_;
   std::vector<std::vector<std::vector<torch::Tensor>>> ref_mean_;  // [mini][micro][k] (B, C, H, W)
   double loss_sum_ = 0, kl_sum_ = 0, first_ratio_dev_ = 0, ratio_dev_ = 0;
   PolicyStats stats_;

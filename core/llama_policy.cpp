@@ -3,6 +3,8 @@
 
 #include <type_traits>
 
+#include "models/llama/weights.h"
+
 namespace tandem {
 
 LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options)
@@ -44,6 +46,26 @@ PolicyModel::Output LlamaPolicy::forward_padded(const PaddedBatch& batch, bool w
 }
 
 std::vector<torch::Tensor> LlamaPolicy::parameters() { return model_->parameters(); }
+
+std::vector<models::Generation> LlamaPolicy::generate(const std::vector<models::GenerationRequest>& requests,
+                                                      const models::SamplingParams& params) {
+  return models::generate(*model_, requests, params);
+}
+
+void LlamaPolicy::save(const std::string& dir, bool write) { models::save_llama(*model_, dir, write); }
+
+void LlamaPolicy::load(const std::string& dir) { models::load_hf_state(*model_, models::load_hf_weights(dir), dir); }
+
+std::unique_ptr<TextPolicy> LlamaPolicy::frozen_copy() {
+  models::LlamaForCausalLM ref(model_->config(), model_->parallel_context(), std::nullopt);
+  const torch::Tensor any = model_->parameters().front();
+  ref->to(any.scalar_type());
+  ref->to(any.device());
+  torch::NoGradGuard no_grad;
+  const auto src = model_->named_parameters();
+  for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
+  return std::make_unique<LlamaPolicy>(ref, options_);
+}
 
 models::LlamaConfig llama_config(const ArModelConfig& m) {
   models::LlamaConfig c;

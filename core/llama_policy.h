@@ -4,21 +4,28 @@
 
 #include <torch/torch.h>
 
+#include <string>
 #include <vector>
 
 #include "core/config.h"
-#include "core/policy_update.h"
+#include "core/text_policy.h"
 #include "models/llama/model.h"
 
 namespace tandem {
 
-class LlamaPolicy final : public PolicyModel {
+class LlamaPolicy final : public TextPolicy {
  public:
   explicit LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options = {});
 
   Output forward_packed(const PackedBatch& batch, bool with_entropy) override;   // (N)
   Output forward_padded(const PaddedBatch& batch, bool with_entropy) override;   // (B, T)
   std::vector<torch::Tensor> parameters() override;
+  std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
+                                           const models::SamplingParams& params) override;
+  void save(const std::string& dir, bool write) override;
+  void load(const std::string& dir) override;
+  std::unique_ptr<TextPolicy> frozen_copy() override;
+  int64_t max_seq_len() const override { return model_->config().max_seq_len; }
 
   models::LlamaForCausalLM& model() { return model_; }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "common/error.h"
@@ -130,14 +131,32 @@ struct Trainer::Impl {
   }
 
   void build_tracks() {
-    if (config.tracks.ar.enabled) tracks.push_back(std::make_unique<ArTrack>(config, comms, device, dtype));
-    if (config.tracks.image.enabled) tracks.push_back(std::make_unique<ImageTrack>(config, comms, device, dtype));
-    std::vector<torch::Tensor> params;
-    for (auto& t : tracks)
-      for (auto& p : t->parameters()) params.push_back(p);
+    ArTrack* ar = nullptr;
+    if (config.tracks.ar.enabled) {
+      auto t = std::make_unique<ArTrack>(config, comms, device, dtype);
+      ar = t.get();
+      tracks.push_back(std::move(t));
+    }
+    if (config.tracks.image.enabled) {
+      const bool shared = config.tracks.image.model.arch == "shared";  // validate() checked the AR side
+      tracks.push_back(std::make_unique<ImageTrack>(config, comms, device, dtype,
+                                                    shared ? ar->unified_model() : models::UnifiedModel{nullptr},
+                                                    shared ? &ar->tokenizer() : nullptr));
+    }
     const auto& o = config.optim;
     optimizer = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+        all_parameters(), torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+  }
+
+  // Every track's parameters, each tensor once: with a shared model both tracks name the same
+  // weights, and their gradients add up in the same .grad before the one update.
+  std::vector<torch::Tensor> all_parameters() {
+    std::vector<torch::Tensor> params;
+    std::set<const void*> seen;
+    for (auto& t : tracks)
+      for (auto& p : t->parameters())
+        if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    return params;
   }
 
   std::string optimizer_file(const std::string& dir) const {
@@ -219,9 +238,7 @@ struct Trainer::Impl {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     std::vector<MetricMap> per_track(tracks.size());
     for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
-    std::vector<torch::Tensor> params;
-    for (auto& t : tracks)
-      for (auto& p : t->parameters()) params.push_back(p);
+    const std::vector<torch::Tensor> params = all_parameters();
     double grad_norm = 0, skipped = 0;
     const int64_t minis = config.train.num_mini_batches;
     for (int64_t mini = 0; mini < minis; ++mini) {
@@ -255,6 +272,16 @@ struct Trainer::Impl {
     return nullptr;
   }
 
+  void write_grids(int64_t completed) {
+    for (auto& t : tracks)
+      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) {
+        const std::string path = run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".png";
+        const double accuracy = im->write_sample_grid(path);
+        spdlog::info("samples: {} (+ .json: prompts; shape classifier agrees with {:.0f}% of cells)", path,
+                     100 * accuracy);
+      }
+  }
+
   void log_progress(int64_t completed, const MetricMap& m, double elapsed_s, int64_t steps_done) {
     const double per_step = steps_done > 0 ? elapsed_s / steps_done : 0;
     const double eta = per_step * static_cast<double>(config.run.steps - completed);
@@ -283,15 +310,35 @@ struct Trainer::Impl {
     // starting point a resume then overwrites.
     const std::optional<std::string> checkpoint = choose_checkpoint();
     if (!options.resume.empty() && !checkpoint) spdlog::info("resume: no checkpoint in {}; starting fresh", run_dir);
+    bool warmed = false;  // a shared model's text warm-start ran inside its flow pretraining
     for (auto& t : tracks)
-      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->pretrain_or_load(!checkpoint);
+      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) {
+        ArTrack* ar = ar_track();
+        const int64_t warm_steps = config.tracks.ar.warmstart.steps;
+        if (im->shared() && warm_steps > 0) {
+          // The text steps spread evenly over the flow steps, so neither skill is trained away.
+          const int64_t flow_steps = std::max<int64_t>(1, config.tracks.image.pretrain.steps);
+          int64_t text_done = 0;
+          const bool loaded = im->pretrain_or_load(!checkpoint, [&](int64_t i) {
+            for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) ar->warmstart_step(text_done++);
+          });
+          warmed = loaded || (!checkpoint && config.tracks.image.pretrain.steps > 0);
+          if (loaded) spdlog::info("warmstart: skipped, the loaded shared model holds it");
+        } else {
+          im->pretrain_or_load(!checkpoint);
+        }
+      }
     if (checkpoint) resume(*checkpoint);
-    if (start_step == 0)
+    if (start_step == 0 && !warmed)
       for (auto& t : tracks)
         if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
+    if (start_step == 0)  // the KL reference is the policy RL starts from
+      for (auto& t : tracks)
+        if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->refresh_reference();
     // Rollout ranks start from exactly these weights, step and data cursor (rollout_bridge.h).
     if (comms.bridge) ar_track()->publish_start(start_step);
     if (rank0) metrics = std::make_unique<MetricsWriter>(run_dir, start_step);
+    if (rank0 && start_step == 0) write_grids(0);  // what the policy draws before RL
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = start_step; s < config.run.steps; ++s) {
       const MetricMap m = step(s);
@@ -302,10 +349,7 @@ struct Trainer::Impl {
           log_progress(completed, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                        completed - start_step);
       }
-      if (rank0 && (completed % (config.run.log_every * 10) == 0 || completed == config.run.steps))
-        for (auto& t : tracks)
-          if (auto* im = dynamic_cast<ImageTrack*>(t.get()))
-            im->write_sample_grid(run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".png");
+      if (rank0 && (completed % (config.run.log_every * 10) == 0 || completed == config.run.steps)) write_grids(completed);
       if ((config.run.save_every > 0 && completed % config.run.save_every == 0) || completed == config.run.steps)
         save_checkpoint(completed);
       if (rank0) maybe_kill("after_step", completed);

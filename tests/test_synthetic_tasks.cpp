@@ -3,10 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/error.h"
 #include "core/config.h"
+#include "core/tasks/shapes.h"
 #include "core/tasks/synthetic.h"
 #include "models/tokenizer.h"
 
@@ -15,7 +17,7 @@ using namespace tandem::tasks;
 
 namespace {
 const std::vector<SyntheticTask> kAllTasks{SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits,
-                                           SyntheticTask::kAdd};
+                                           SyntheticTask::kAdd, SyntheticTask::kShapeCorners};
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -69,6 +71,26 @@ TEST_CASE("synthetic answers are correct", "[tasks]") {
     CHECK((y.size() == 1 || y[0] != '0'));
     CHECK(a.answer == std::to_string(std::stoll(x) + std::stoll(y)));
   }
+}
+
+TEST_CASE("shape_corners asks about every shape class and answers its corner count", "[tasks]") {
+  const std::map<std::string, std::string> corners{{"circle", "0"}, {"square", "4"},  {"triangle", "3"},
+                                                   {"cross", "12"}, {"ring", "0"},    {"diamond", "4"},
+                                                   {"saltire", "12"}, {"frame", "8"}};
+  std::set<std::string> asked;
+  for (int64_t i = 0; i < 400; ++i) {
+    const Prompt p = generate_synthetic(SyntheticTask::kShapeCorners, {}, 4, i);
+    const std::string suffix = " corners=";
+    REQUIRE(p.text.size() > suffix.size());
+    REQUIRE(p.text.substr(p.text.size() - suffix.size()) == suffix);
+    const std::string shape = p.text.substr(0, p.text.size() - suffix.size());
+    REQUIRE(corners.count(shape) == 1);
+    CHECK(p.answer == corners.at(shape));
+    asked.insert(shape);
+  }
+  CHECK(asked.size() == corners.size());  // all eight classes come up
+  for (int64_t k = 0; k < kNumShapeKinds; ++k) CHECK(std::to_string(shape_corners(k)) == corners.at(shape_name(k)));
+  CHECK_THROWS_AS(shape_corners(kNumShapeKinds), std::out_of_range);
 }
 
 TEST_CASE("synthetic prompts use only the default alphabet and fit the quickstart model", "[tasks]") {

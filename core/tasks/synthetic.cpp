@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "core/tasks/det_rng.h"
+#include "core/tasks/shapes.h"
 
 namespace tandem::tasks {
 
@@ -18,6 +19,7 @@ std::optional<SyntheticTask> synthetic_task_from_name(const std::string& name) {
   if (name == "reverse_digits") return SyntheticTask::kReverseDigits;
   if (name == "sort_digits") return SyntheticTask::kSortDigits;
   if (name == "add") return SyntheticTask::kAdd;
+  if (name == "shape_corners") return SyntheticTask::kShapeCorners;
   return std::nullopt;
 }
 
@@ -26,6 +28,7 @@ std::string synthetic_task_name(SyntheticTask task) {
     case SyntheticTask::kReverseDigits: return "reverse_digits";
     case SyntheticTask::kSortDigits: return "sort_digits";
     case SyntheticTask::kAdd: return "add";
+    case SyntheticTask::kShapeCorners: return "shape_corners";
   }
   return "?";
 }
@@ -39,6 +42,11 @@ void validate_synthetic_options(SyntheticTask task, const SyntheticOptions& o) {
 
 SyntheticLengths synthetic_max_lengths(SyntheticTask task, const SyntheticOptions& o) {
   if (task == SyntheticTask::kAdd) return {2 * o.max_digits + 2, o.max_digits + 1};  // "a+b=", carry
+  if (task == SyntheticTask::kShapeCorners) {
+    int64_t longest = 0;
+    for (int64_t k = 0; k < kNumShapeKinds; ++k) longest = std::max<int64_t>(longest, shape_name(k).size());
+    return {longest + 9, 2};  // "<shape> corners=", "12"
+  }
   return {o.max_digits + 1, o.max_digits};
 }
 
@@ -61,6 +69,12 @@ int64_t random_number(DetRng& rng, int64_t digits) {
 }
 
 }  // namespace
+
+int64_t shape_corners(int64_t label) {
+  static constexpr int64_t kCorners[kNumShapeKinds] = {0, 4, 3, 12, 0, 4, 12, 8};
+  if (label < 0 || label >= kNumShapeKinds) throw std::out_of_range("shape_corners: no shape class " + std::to_string(label));
+  return kCorners[label];
+}
 
 Prompt generate_synthetic(SyntheticTask task, const SyntheticOptions& o, int64_t seed, int64_t index) {
   DetRng rng(hash_combine(hash_combine(static_cast<uint64_t>(seed), task_tag(task)), static_cast<uint64_t>(index)));
@@ -85,6 +99,12 @@ Prompt generate_synthetic(SyntheticTask task, const SyntheticOptions& o, int64_t
       const int64_t b = random_number(rng, rng.uniform(o.min_digits, o.max_digits));
       p.text = std::to_string(a) + "+" + std::to_string(b) + "=";
       p.answer = std::to_string(a + b);
+      break;
+    }
+    case SyntheticTask::kShapeCorners: {
+      const auto label = static_cast<int64_t>(rng.below(static_cast<uint64_t>(kNumShapeKinds)));
+      p.text = shape_name(label) + " corners=";
+      p.answer = std::to_string(shape_corners(label));
       break;
     }
   }

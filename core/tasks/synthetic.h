@@ -14,7 +14,13 @@ namespace tandem::tasks {
 //   reverse_digits  "1234>"  -> "4321"   digits reversed
 //   sort_digits     "3141:"  -> "1134"   digits sorted ascending
 //   add             "12+7="  -> "19"     decimal sum, operands without leading zeros
-enum class SyntheticTask { kReverseDigits, kSortDigits, kAdd };
+//   shape_corners   "square corners=" -> "4"   corners of one of the shapes task's classes
+//                   (core/tasks/shapes.h), uniform over all of them; the digit options do not apply
+enum class SyntheticTask { kReverseDigits, kSortDigits, kAdd, kShapeCorners };
+
+// The answer of shape_corners for shape class `label`: circle 0, square 4, triangle 3, cross 12,
+// ring 0, diamond 4, saltire 12, frame 8 (outer and inner corners).
+int64_t shape_corners(int64_t label);
 
 // Difficulty: the digit count of the string (reverse, sort) or of each operand (add), drawn
 // uniformly from [min_digits, max_digits] per prompt.

@@ -3,6 +3,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "common/error.h"
+
 
 namespace tandem::models {
 
@@ -16,7 +18,7 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 // The dtype latents and the step math live in: the model's, widened to at least float32.
-torch::TensorOptions step_options(const DitImpl& model) {
+torch::TensorOptions step_options(const FlowModel& model) {
   const torch::Dtype dtype = model.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   return torch::TensorOptions().dtype(dtype).device(model.device());
 }
@@ -25,13 +27,13 @@ torch::TensorOptions step_options(const DitImpl& model) {
 // and the per-sample noise streams.
 class SamplerRun {
  public:
-  SamplerRun(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys, int64_t steps,
+  SamplerRun(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys, int64_t steps,
              double shift)
       : options_(step_options(model)),
         sigmas_(sigma_schedule(steps, shift)),
         labels_(labels.to(model.device())),
         noise_(keys),
-        sample_shape_{model.config().channels, model.config().image_size, model.config().image_size} {
+        sample_shape_{model.channels(), model.image_size(), model.image_size()} {
     TORCH_CHECK(labels.dim() == 1 && labels.size(0) == static_cast<int64_t>(keys.size()),
                 "sampler: labels must be (B) with one noise key per sample; got labels ", labels.sizes(), " and ",
                 keys.size(), " keys");
@@ -77,11 +79,11 @@ torch::Tensor NoiseStreams::draw(at::IntArrayRef shape, const torch::TensorOptio
   return out.to(options);
 }
 
-torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
+torch::Tensor guided_velocity(FlowModel& model, const torch::Tensor& x, const torch::Tensor& sigma,
                               const torch::Tensor& labels, double cfg, bool uncond_grad) {
-  if (cfg == 1.0) return model.forward(x, sigma, labels);  // (B, C, H, W)
-  const torch::Tensor null_labels = torch::full_like(labels, model.config().null_class());
-  const torch::Tensor v = model.forward(torch::cat({x, x}), torch::cat({sigma, sigma}),
+  if (cfg == 1.0) return model.velocity(x, sigma, labels);  // (B, C, H, W)
+  const torch::Tensor null_labels = torch::full_like(labels, model.null_label());
+  const torch::Tensor v = model.velocity(torch::cat({x, x}), torch::cat({sigma, sigma}),
                                         torch::cat({labels, null_labels}));  // (2B, C, H, W)
   // Combine in at least float32: the difference of two bfloat16 velocities is coarse.
   const torch::Dtype wide = model.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
@@ -92,7 +94,7 @@ torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torc
   return uncond + cfg * (parts[0] - uncond);  // (B, C, H, W)
 }
 
-SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+SdeRollout sample_sde(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                       const SdeSamplerOptions& o) {
   torch::NoGradGuard no_grad;
   SamplerRun run(model, labels, keys, o.steps, o.shift);
@@ -109,7 +111,7 @@ SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::ve
   return {torch::stack(latents, 1), torch::stack(log_probs, 1), run.sigmas()};
 }
 
-torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+torch::Tensor sample_ode(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                          const OdeSamplerOptions& o) {
   torch::NoGradGuard no_grad;
   SamplerRun run(model, labels, keys, o.steps, o.shift);
@@ -121,7 +123,7 @@ torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std:
   return x;
 }
 
-SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const torch::Tensor& x_next,
+SdeStepResult transition_log_prob(FlowModel& model, const torch::Tensor& x, const torch::Tensor& x_next,
                                   const torch::Tensor& sigma, const torch::Tensor& sigma_next,
                                   const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
                                   bool uncond_grad) {
@@ -129,6 +131,57 @@ SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const 
   const torch::Tensor s = sigma.to(opts), s_next = sigma_next.to(opts);  // (B)
   const torch::Tensor v = guided_velocity(model, x, s, labels.to(model.device()), cfg, uncond_grad);
   return sde_step(x, v, s, s_next, noise_level, sigma_max, x_next, SdeGiven::kPrev);
+}
+
+std::map<std::string, torch::Tensor> DitFlow::named_tensors() {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model_->named_parameters()) out[p.key()] = p.value().detach();
+  return out;
+}
+
+void DitFlow::load_tensors(const std::map<std::string, torch::Tensor>& tensors, const std::string& source) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model_->named_parameters()) {
+    auto it = tensors.find(p.key());
+    if (it == tensors.end()) throw UserError(source + ": missing tensor " + p.key());
+    if (it->second.sizes() != p.value().sizes())
+      throw UserError(source + ": " + p.key() + " has shape " + c10::str(it->second.sizes()) + ", the model wants " +
+                      c10::str(p.value().sizes()) + " (does tracks.image.model match the saved model?)");
+    p.value().copy_(it->second);
+  }
+}
+
+namespace {
+// A non-owning DitFlow view of a module the caller holds.
+DitFlow view(DitImpl& model) {
+  return DitFlow(Dit(std::dynamic_pointer_cast<DitImpl>(model.shared_from_this())));
+}
+}  // namespace
+
+SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+                      const SdeSamplerOptions& options) {
+  DitFlow f = view(model);
+  return sample_sde(f, labels, keys, options);
+}
+
+torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+                         const OdeSamplerOptions& options) {
+  DitFlow f = view(model);
+  return sample_ode(f, labels, keys, options);
+}
+
+torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
+                              const torch::Tensor& labels, double cfg, bool uncond_grad) {
+  DitFlow f = view(model);
+  return guided_velocity(f, x, sigma, labels, cfg, uncond_grad);
+}
+
+SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const torch::Tensor& x_next,
+                                  const torch::Tensor& sigma, const torch::Tensor& sigma_next,
+                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
+                                  bool uncond_grad) {
+  DitFlow f = view(model);
+  return transition_log_prob(f, x, x_next, sigma, sigma_next, labels, noise_level, sigma_max, cfg, uncond_grad);
 }
 
 }  // namespace tandem::models

@@ -10,9 +10,31 @@
 #include <vector>
 
 #include "models/dit/dit.h"
+#include "models/dit/flow_model.h"
 #include "models/dit/flow_sde.h"
 
 namespace tandem::models {
+
+// The DiT as a FlowModel (labels are its classes). Holds the module, not a copy of it.
+class DitFlow final : public FlowModel {
+ public:
+  explicit DitFlow(Dit model) : model_(std::move(model)) {}
+  torch::Tensor velocity(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& labels) override {
+    return model_->forward(x, sigma, labels);
+  }
+  int64_t null_label() const override { return model_->config().null_class(); }
+  int64_t channels() const override { return model_->config().channels; }
+  int64_t image_size() const override { return model_->config().image_size; }
+  torch::Dtype dtype() const override { return model_->dtype(); }
+  torch::Device device() const override { return model_->device(); }
+  std::vector<torch::Tensor> parameters() override { return model_->parameters(); }
+  std::map<std::string, torch::Tensor> named_tensors() override;
+  void load_tensors(const std::map<std::string, torch::Tensor>& tensors, const std::string& source) override;
+  Dit& module() { return model_; }
+
+ private:
+  Dit model_;
+};
 
 // Names one sample's random stream.
 struct NoiseKey {
@@ -62,22 +84,34 @@ struct SdeRollout {
 // cfg == 1 runs the conditional rows only. x (B, C, H, W), sigma (B), labels (B) -> (B, C, H, W).
 // uncond_grad false detaches v_uncond: the gradient reaches the conditional pass only (cfg times
 // its share), while the values stay bitwise those of uncond_grad true.
-torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
+torch::Tensor guided_velocity(FlowModel& model, const torch::Tensor& x, const torch::Tensor& sigma,
                               const torch::Tensor& labels, double cfg, bool uncond_grad = true);
 
 // SDE rollout of labels (B) with noise keys (B), batched over samples, without gradients. The
 // initial noise is each stream's first draw, step i's eps its (i + 2)-th.
-SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+SdeRollout sample_sde(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                       const SdeSamplerOptions& options);
 
 // Euler ODE samples (B, C, H, W) from the same initial noise as sample_sde for the same keys.
-torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+torch::Tensor sample_ode(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
                          const OdeSamplerOptions& options);
 
 // What training recomputes: the transition x (sigma) -> x_next (sigma_next) of stored trajectory
 // points under the current weights, with gradients through the mean. x, x_next (B, C, H, W);
 // sigma, sigma_next, labels (B); sigma_max = the schedule's sigma_1. With the sampler's weights and
 // batch layout its log_prob equals the sampler's bitwise, whatever uncond_grad (guided_velocity).
+SdeStepResult transition_log_prob(FlowModel& model, const torch::Tensor& x, const torch::Tensor& x_next,
+                                  const torch::Tensor& sigma, const torch::Tensor& sigma_next,
+                                  const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
+                                  bool uncond_grad = true);
+
+// The same on a DiT module (wrapped in a DitFlow).
+SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+                      const SdeSamplerOptions& options);
+torch::Tensor sample_ode(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
+                         const OdeSamplerOptions& options);
+torch::Tensor guided_velocity(DitImpl& model, const torch::Tensor& x, const torch::Tensor& sigma,
+                              const torch::Tensor& labels, double cfg, bool uncond_grad = true);
 SdeStepResult transition_log_prob(DitImpl& model, const torch::Tensor& x, const torch::Tensor& x_next,
                                   const torch::Tensor& sigma, const torch::Tensor& sigma_next,
                                   const torch::Tensor& labels, double noise_level, double sigma_max, double cfg,
