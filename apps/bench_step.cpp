@@ -5,6 +5,8 @@
 // step time with each track at its own best size against the best single size for both.
 #include <chrono>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "core/ar_track.h"
 #include "core/blas_kernel.h"
 #include "core/image_track.h"
+#include "core/peak_memory.h"
 #include "parallel/process_groups.h"
 #include "parallel/runtime.h"
 
@@ -46,8 +49,16 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   out["threads"] = torch::get_num_threads();
   out["blas"] = blas_description();
   out["gemm_gflops"] = gemm_gflops();
-  // Median seconds of `repeats` accumulate() calls of one prepared track.
-  auto time_track = [&](Track& track, MetricMap& fm) {
+  // Median seconds of `repeats` accumulate() calls of one prepared track, after one untimed call
+  // that measures the peak tensor memory of its micros (they run one after the other).
+  auto time_track = [&](Track& track, MetricMap& fm, double& peak_mib) {
+    {
+      PeakMemoryScope scope;
+      MetricMap mm;
+      track.accumulate(0, 1.0, mm);
+      peak_mib = static_cast<double>(scope.peak_bytes()) / (1 << 20);
+      for (auto& p : track.parameters()) p.mutable_grad() = torch::Tensor();
+    }
     std::vector<double> times;
     for (int rep = 0; rep < a.repeats; ++rep) {
       MetricMap mm;
@@ -62,8 +73,12 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   };
   const double image_samples =
       static_cast<double>(config.tracks.image.rollout.prompts_per_step * config.tracks.image.rollout.group_size);
-  std::map<int64_t, std::pair<double, double>> seconds;  // micro size -> (ar, image) seconds (shared)
-  for (int64_t mbs : {1, 2, 4, 8}) {
+  struct Cell {
+    double seconds = 0, peak_mib = 0;
+  };
+  std::map<int64_t, std::pair<Cell, Cell>> cells;  // micro size -> (ar, image)
+  const std::vector<int64_t> sizes = shared ? std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64} : std::vector<int64_t>{1, 2, 4, 8};
+  for (int64_t mbs : sizes) {
     Config c = config;
     c.train.micro_batch_size = mbs;
     c.train.max_tokens_per_micro.reset();
@@ -75,40 +90,52 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     std::unique_ptr<ArTrack> ar;
     if (c.tracks.ar.enabled) ar = std::make_unique<ArTrack>(c, comms, torch::kCPU, torch::kFloat32);
     std::unique_ptr<ImageTrack> image;
+    const bool on_shared_model = c.tracks.image.model.arch == "shared";
     if (c.tracks.image.enabled)
       image = std::make_unique<ImageTrack>(c, comms, torch::kCPU, torch::kFloat32,
-                                           shared ? ar->unified_model() : models::UnifiedModel{nullptr},
-                                           shared ? &ar->tokenizer() : nullptr);
+                                           on_shared_model ? ar->unified_model() : models::UnifiedModel{nullptr},
+                                           on_shared_model ? &ar->tokenizer() : nullptr);
     MetricMap m, fm_ar, fm_image;
     if (a.track != "image") ar->prepare(0, m);
     if (a.track != "ar") image->prepare(0, m);
     if (a.track != "image") {
-      const double t = time_track(*ar, fm_ar);
-      out[key][shared ? "ar_tokens_per_s" : "tokens_per_s"] = fm_ar["train/action_tokens"] / a.repeats / t;
-      out[key][shared ? "ar_seconds" : "seconds"] = t;
-      seconds[mbs].first = t;
+      Cell& c = cells[mbs].first;
+      c.seconds = time_track(*ar, fm_ar, c.peak_mib);
+      out[key][shared ? "ar_tokens_per_s" : "tokens_per_s"] = fm_ar["train/action_tokens"] / (a.repeats + 1) / c.seconds;
+      out[key][shared ? "ar_seconds" : "seconds"] = c.seconds;
+      out[key][shared ? "ar_peak_mib" : "peak_mib"] = c.peak_mib;
     }
     if (a.track != "ar") {
-      const double t = time_track(*image, fm_image);
-      out[key][shared ? "image_samples_per_s" : "samples_per_s"] = image_samples / t;
-      out[key][shared ? "image_seconds" : "seconds"] = t;
-      seconds[mbs].second = t;
+      Cell& c = cells[mbs].second;
+      c.seconds = time_track(*image, fm_image, c.peak_mib);
+      out[key][shared ? "image_samples_per_s" : "samples_per_s"] = image_samples / c.seconds;
+      out[key][shared ? "image_seconds" : "seconds"] = c.seconds;
+      out[key][shared ? "image_peak_mib" : "peak_mib"] = c.peak_mib;
     }
   }
   if (shared) {
-    // One micro size for both tracks (the best such) against each track at its own best size.
-    int64_t best_common = 1, best_ar = 1, best_image = 1;
-    for (const auto& [mbs, t] : seconds) {
-      const auto& c = seconds[best_common];
-      if (t.first + t.second < c.first + c.second) best_common = mbs;
-      if (t.first < seconds[best_ar].first) best_ar = mbs;
-      if (t.second < seconds[best_image].second) best_image = mbs;
+    // Under a per-micro memory budget (the peak tensor memory of a track's micros): the best one
+    // micro size for both tracks against each track at its own best size. Without a budget
+    // every size is allowed.
+    const double budget = a.memory_budget_mib > 0 ? a.memory_budget_mib : std::numeric_limits<double>::infinity();
+    std::optional<int64_t> common, best_ar, best_image;
+    for (const auto& [mbs, c] : cells) {
+      const bool ar_fits = c.first.peak_mib <= budget, image_fits = c.second.peak_mib <= budget;
+      if (ar_fits && image_fits &&
+          (!common || c.first.seconds + c.second.seconds < cells[*common].first.seconds + cells[*common].second.seconds))
+        common = mbs;
+      if (ar_fits && (!best_ar || c.first.seconds < cells[*best_ar].first.seconds)) best_ar = mbs;
+      if (image_fits && (!best_image || c.second.seconds < cells[*best_image].second.seconds)) best_image = mbs;
     }
-    const double common = seconds[best_common].first + seconds[best_common].second;
-    const double own = seconds[best_ar].first + seconds[best_image].second;
-    out["one_micro_size"] = {{"micro_batch_size", best_common}, {"seconds", common}};
-    out["per_track"] = {{"ar_micro_batch_size", best_ar}, {"image_micro_batch_size", best_image}, {"seconds", own}};
-    out["per_track_speedup"] = common / own;
+    if (!common || !best_ar || !best_image)
+      throw UserError("--memory-budget-mib " + std::to_string(a.memory_budget_mib) +
+                      ": no micro size fits it for both tracks; raise it (see the *_peak_mib figures)");
+    const double one = cells[*common].first.seconds + cells[*common].second.seconds;
+    const double own = cells[*best_ar].first.seconds + cells[*best_image].second.seconds;
+    out["memory_budget_mib"] = a.memory_budget_mib > 0 ? nlohmann::json(a.memory_budget_mib) : nlohmann::json();
+    out["one_micro_size"] = {{"micro_batch_size", *common}, {"seconds", one}};
+    out["per_track"] = {{"ar_micro_batch_size", *best_ar}, {"image_micro_batch_size", *best_image}, {"seconds", own}};
+    out["per_track_speedup"] = one / own;
   }
   std::cout << out.dump() << std::endl;
   return 0;

@@ -53,6 +53,7 @@ struct BenchStepArgs {
   std::string track = "image";
   int64_t repeats = 3;
   int threads = 1;
+  double memory_budget_mib = 0;  // --track shared: > 0 caps each track's per-micro peak memory
 };
 int run_bench_step(const BenchStepArgs& args, int argc, char** argv);
 

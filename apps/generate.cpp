@@ -98,7 +98,10 @@ void draw(Policy& p, const std::vector<std::vector<int64_t>>& prompt_ids, const 
   write_png_grid(a.image_out, images.to(torch::kFloat32), columns);
   nlohmann::json j{{"image", fs::path(a.image_out).filename().string()}, {"columns", columns}, {"rows", a.samples},
                    {"prompts", a.prompts}};
-  std::ofstream(fs::path(a.image_out).replace_extension(".json")) << j.dump(2) << "\n";
+  const std::string json_path = fs::path(a.image_out).replace_extension(".json").string();
+  std::ofstream json(json_path);
+  json << j.dump(2) << "\n";
+  if (!json) throw UserError("--image-out: cannot write " + json_path);
   std::cout << "images: " << a.image_out << " (a column per prompt, " << a.samples << " row(s))\n";
 }
 
@@ -146,7 +149,16 @@ int run_generate(const GenerateArgs& a) {
     std::cout << a.prompts[r / a.samples] << " -> " << tok.decode(out[r].tokens, true) << "    (logp " << logp
               << (out[r].stopped ? "" : ", cut at max_new_tokens") << ")\n";
   }
-  if (!a.image_out.empty()) draw(p, prompt_ids, a);
+  if (!a.image_out.empty()) {
+    try {
+      draw(p, prompt_ids, a);
+    } catch (const std::filesystem::filesystem_error& e) {
+      throw UserError("--image-out " + a.image_out + ": " + e.what());
+    } catch (const std::runtime_error& e) {
+      if (dynamic_cast<const UserError*>(&e)) throw;
+      throw UserError("--image-out " + a.image_out + ": " + e.what());
+    }
+  }
   return 0;
 }
 

@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
       "step", "a track's training throughput at micro sizes 1, 2, 4, 8 (shared: both tracks on one unified model)");
   bench_step->add_option("--track", step_args.track, "ar, image or shared")
       ->check(CLI::IsMember({"ar", "image", "shared"}));
+  bench_step->add_option("--memory-budget-mib", step_args.memory_budget_mib,
+                         "shared: the most peak tensor memory one micro of either track may take (sizes above it "
+                         "are not eligible)")
+      ->check(CLI::PositiveNumber);
   bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
   bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
   bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);

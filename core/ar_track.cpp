@@ -70,6 +70,15 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
       unified_->to(dtype);
     }
     unified_->to(device);
+    if (ar.model.hf_dir) {
+      const models::UnifiedConfig want = unified_config(ar.model, config.tracks.image.model);
+      const nlohmann::json got_j = models::to_json(unified_->config(), dtype), want_j = models::to_json(want, dtype);
+      for (const auto& [key, value] : want_j.items())
+        if (got_j.at(key) != value)
+          throw UserError("tracks.ar.model.hf_dir: " + *ar.model.hf_dir + " holds a unified model with " + key + " " +
+                          got_j.at(key).dump() + ", the recipe (tracks.ar.model / tracks.image.model) says " +
+                          value.dump() + "; make them agree");
+    }
     policy_ = std::make_unique<UnifiedTextPolicy>(unified_);
   } else {
     const parallel::ParallelContext ctx = parallel::ParallelContext::from(comms.model_tp, comms.model_cp);
@@ -457,12 +466,24 @@ void ArTrack::finish(MetricMap& metrics) {
   metrics["perf/train_tokens_per_s"] = metrics["time/train_s"] > 0 ? tokens / metrics["time/train_s"] : 0;
 }
 
+void ArTrack::refresh_reference() {
+  if (reference_) reference_ = policy_->frozen_copy();
+}
+
 void ArTrack::save(const std::string& dir) {
   policy_->save(dir + "/ar_model", comms_.world->rank() == 0);
+  if (reference_) reference_->save(dir + "/ar_reference", comms_.world->rank() == 0);
 }
 
 void ArTrack::load(const std::string& dir) {
   policy_->load(dir + "/ar_model");
+  if (!reference_) return;
+  if (std::filesystem::exists(dir + "/ar_reference")) {
+    reference_->load(dir + "/ar_reference");
+  } else {  // checkpoints written before the reference was saved
+    reference_ = policy_->frozen_copy();
+    spdlog::warn("resume: {} has no ar_reference/; the KL reference is the checkpoint's policy", dir);
+  }
 }
 
 nlohmann::json ArTrack::state() const { return {{"data_cursor", prompts_->cursor()}}; }

@@ -1,4 +1,5 @@
-// The AR track: GRPO on a Llama / Qwen2 policy. prepare() runs prompts -> sampler -> rewards ->
+// The AR track: GRPO on a text policy (a Llama / Qwen2 LM, or the text side of the unified text +
+// image model). prepare() runs prompts -> sampler -> rewards ->
 // group advantages -> sample exchange + schedule -> old / reference log-probs over exactly the
 // schedule's micros; accumulate() trains one mini-batch of them.
 #pragma once
@@ -48,8 +49,10 @@ class ArTrack final : public Track {
   double warmstart();
   // Step `step` of it (steps run in order from 0; the optimizer lives from step 0 to the last).
   double warmstart_step(int64_t step);
+  // Copies the policy into the KL reference (kl.coef > 0): the policy RL starts from, after any
+  // pretraining or warm-start. Saved in checkpoints (ar_reference/) so a resume keeps it.
+  void refresh_reference();
 
-  TextPolicy& policy() { return *policy_; }
   // The unified text + image model when tracks.ar.model.arch is unified (the image track draws
   // with it under tracks.image.model.arch shared), else empty.
   models::UnifiedModel unified_model() const { return unified_; }

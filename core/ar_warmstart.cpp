@@ -20,7 +20,10 @@ double ArTrack::warmstart_step(int64_t step) {
   const ArWarmstartConfig& w = ar.warmstart;
   if (step == 0) {
     warm_source_ = make_ar_prompts(ar.data, config_.run.seed + 1);
-    warm_opt_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), torch::optim::AdamWOptions(w.lr));
+    // No weight decay on the unified model: its image-only weights get no text gradient and would
+    // only shrink (the Llama keeps AdamW's default decay, which its quickstart figures ran with).
+    warm_opt_ = std::make_unique<torch::optim::AdamW>(
+        policy_->parameters(), torch::optim::AdamWOptions(w.lr).weight_decay(unified_.is_empty() ? 0.01 : 0.0));
   }
   const auto shard = tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
   std::vector<ArSample> samples;

@@ -126,6 +126,10 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
             "form yet); scale it with dp");
     require(c.parallel.rollout_ranks == 0 && !c.train.overlap, mp + ".arch",
             "unified does not support parallel.rollout_ranks or train.overlap yet; set them to 0 / false");
+    const ImageModelConfig& im = c.tracks.image.model;  // the unified model's image side, track or not
+    require(im.image_size % im.patch_size == 0, "tracks.image.model.patch_size",
+            std::to_string(im.patch_size) + " does not divide image_size " + std::to_string(im.image_size) +
+                " (the image side of tracks.ar.model.arch unified)");
   }
   require(ar.rollout.max_new_tokens < m.max_seq_len, "tracks.ar.rollout.max_new_tokens",
           std::to_string(ar.rollout.max_new_tokens) + " leaves no room for a prompt within model.max_seq_len " +

@@ -79,28 +79,29 @@ std::unique_ptr<models::FlowModel> make_dit(const ImageModelConfig& m, uint64_t 
   return std::make_unique<models::DitFlow>(dit);
 }
 
-void load_file(models::FlowModel& model, const std::string& path) { model.load_tensors(models::load_safetensors(path), path); }
+void load_file(models::FlowModel& model, const std::string& path) {
+  try {
+    model.load_tensors(models::load_safetensors(path), path);
+  } catch (const UserError& e) {
+    throw UserError(std::string(e.what()) + " (does tracks.image.model match the saved model?)");
+  }
+}
 
 }  // namespace
 
 ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
-                       models::UnifiedModel shared, const models::Tokenizer* tokenizer)
+                       models::UnifiedModel shared_model, const models::Tokenizer* tokenizer)
     : config_(config), comms_(comms), device_(device), dtype_(dtype) {
   const ImageTrackConfig& im = config.tracks.image;
   dp_rank_ = comms.dp->rank();
   dp_size_ = comms.dp->size();
   tasks::validate_shapes_options({im.model.image_size, im.model.channels, im.model.num_classes, 0});
   if (im.model.arch == "shared") {
-    if (shared.is_empty() || tokenizer == nullptr)
+    if (shared_model.is_empty() || tokenizer == nullptr)
       throw std::logic_error("ImageTrack: arch shared needs the AR track's unified model and tokenizer");
     const auto prompts = class_prompts(*tokenizer, im.model.num_classes);
-    flow_ = std::make_unique<models::UnifiedFlow>(shared, prompts);
-    if (im.algo.kl.coef > 0) {
-      models::UnifiedModel ref(shared->config(), std::nullopt);
-      ref->to(device, dtype);
-      for (auto& p : ref->parameters()) p.set_requires_grad(false);
-      reference_ = std::make_unique<models::UnifiedFlow>(ref, prompts);
-    }
+    flow_ = std::make_unique<models::UnifiedFlow>(shared_model, prompts);
+    if (im.algo.kl.coef > 0) reference_ = std::make_unique<models::UnifiedFlow>(frozen_copy(*shared_model), prompts);
   } else {
     flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
     if (im.algo.kl.coef > 0) {
@@ -122,17 +123,26 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
 
 ImageTrack::~ImageTrack() = default;
 
-bool ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between) {
+std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between,
+                                                    int64_t between_steps) {
   const ImagePretrainConfig& p = config_.tracks.image.pretrain;
   const std::string weights = p.path ? *p.path + "/model.safetensors" : "";
-  bool loaded = false;
+  const std::string record = p.path ? *p.path + "/pretrain.json" : "";
+  std::optional<int64_t> loaded;
   if (p.path && fs::exists(weights)) {
     load_file(*flow_, weights);
-    loaded = true;
+    loaded = 0;
+    if (fs::exists(record)) {
+      std::ifstream in(record);
+      loaded = nlohmann::json::parse(in).value("text_warmstart_steps", int64_t{0});
+    }
     spdlog::info("image: pretrained {} loaded from {}", shared() ? "shared model" : "flow", weights);
   } else if (fresh_start && p.steps > 0) {
     const FlowPretrainSummary s = pretrain_flow(*flow_, config_, *comms_.dp, *comms_.grad, p.path, between);
     spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
+    if (p.path && comms_.world->rank() == 0)
+      std::ofstream(record) << nlohmann::json{{"flow_steps", p.steps}, {"text_warmstart_steps", between_steps}}.dump()
+                            << "\n";
   }
   refresh_reference();
   return loaded;
@@ -255,7 +265,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
       }
     }
     if (hooks_.old_logp_micro_batch_size && im.algo.old_logp == OldLogp::kRecompute)
-      recompute_old_logp_for_test(sch);
+      recompute_old_logp_for_test();
   }
   metrics["time/old_logp_s"] = seconds_since(t3);
   loss_sum_ = kl_sum_ = first_ratio_dev_ = ratio_dev_ = 0;
@@ -278,16 +288,18 @@ void ImageTrack::check_old_logp_slice(int64_t mini, size_t micro, const std::vec
                          "; old log-probs must come from exactly the training slices or the first ratio is not 1");
 }
 
-void ImageTrack::recompute_old_logp_for_test(const ScheduleOptions& training) {
-  ScheduleOptions other = training;
-  other.micro_batch_size = hooks_.old_logp_micro_batch_size;
-  other.max_tokens_per_micro.reset();
-  const Schedule alt = build_schedule(directory_.costs, other);
+void ImageTrack::recompute_old_logp_for_test() {
+  // This rank's samples of each mini-batch, cut into micros of the other size.
+  const auto size = static_cast<size_t>(*hooks_.old_logp_micro_batch_size);
   std::map<int64_t, torch::Tensor> row;                  // sample id -> (T) old log-probs
-  std::map<int64_t, std::vector<int64_t>> computed_in;  // sample id -> the alt micro's ids
-  for (const auto& mini : alt.minis)
-    for (const auto& micro : mini.ranks[dp_rank_].micros) {
-      const auto samples = micro_samples(micro);
+  std::map<int64_t, std::vector<int64_t>> computed_in;  // sample id -> the other micro's ids
+  for (const auto& mini : schedule_.minis) {
+    std::vector<const ImageSample*> all;
+    for (const auto& micro : mini.ranks[dp_rank_].micros)
+      for (const auto* s : micro_samples(micro)) all.push_back(s);
+    for (size_t first = 0; first < all.size(); first += size) {
+      const std::vector<const ImageSample*> samples(all.begin() + static_cast<long>(first),
+                                                    all.begin() + static_cast<long>(std::min(all.size(), first + size)));
       std::vector<torch::Tensor> cols;
       for (int64_t k = 0; k < train_timesteps_; ++k) cols.push_back(transition(*flow_, samples, k).log_prob);
       const torch::Tensor t = torch::stack(cols, 1);  // (B, T)
@@ -295,13 +307,16 @@ void ImageTrack::recompute_old_logp_for_test(const ScheduleOptions& training) {
       for (const auto* s : samples) ids.push_back(s->index);
       for (size_t i = 0; i < samples.size(); ++i) row[samples[i]->index] = t[static_cast<int64_t>(i)], computed_in[samples[i]->index] = ids;
     }
+  }
   for (size_t mi = 0; mi < schedule_.minis.size(); ++mi) {
     const auto& micros = schedule_.minis[mi].ranks[dp_rank_].micros;
     for (size_t m = 0; m < micros.size(); ++m) {
+      const auto samples = micro_samples(micros[m]);
+      if (samples.empty()) continue;
       std::vector<torch::Tensor> rows;
-      for (const auto* s : micro_samples(micros[m])) rows.push_back(row.at(s->index));
+      for (const auto* s : samples) rows.push_back(row.at(s->index));
       old_logp_[mi][m] = torch::stack(rows);  // (B, T)
-      old_slices_[mi][m] = computed_in.at(micro_samples(micros[m]).front()->index);
+      old_slices_[mi][m] = computed_in.at(samples.front()->index);
     }
   }
 }
@@ -410,6 +425,7 @@ void ImageTrack::finish(MetricMap& metrics) {
 
 void ImageTrack::save(const std::string& dir) {
   if (comms_.world->rank() != 0) return;
+  if (shared() && !reference_) return;
   fs::create_directories(dir + "/image_model");
   // A shared model is the AR track's, saved there (ar_model/).
   if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
@@ -433,7 +449,7 @@ double ImageTrack::write_sample_grid(const std::string& path) {
     }
   models::OdeSamplerOptions o{im.sampler.eval_steps, im.sampler.shift, im.sampler.cfg};
   torch::NoGradGuard no_grad;
-  const torch::Tensor images =  // (2K, C, H, W)
+  const torch::Tensor images =  // (4K, C, H, W)
       models::sample_ode(*flow_, torch::tensor(labels, torch::kInt64).to(device_), keys, o).to(torch::kCPU).to(torch::kFloat32);
   fs::create_directories(fs::path(path).parent_path());
   write_png_grid(path, images, im.model.num_classes);

@@ -1,4 +1,4 @@
-// The image track: FlowGRPO on a class-conditional DiT. prepare() samples SDE trajectories with
+// The image track: FlowGRPO on a label-conditional flow model. prepare() samples SDE trajectories with
 // per-transition log-probs, scores the final images, computes group advantages (clamped to
 // adv_clip_max), picks each sample's trained timesteps, exchanges and schedules samples with the
 // track's own micro geometry, and recomputes old log-probs over exactly those micros. The policy
@@ -34,7 +34,7 @@ class ImageTrack final : public Track {
  public:
   // shared / tokenizer: the AR track's unified model and tokenizer (arch shared), else empty.
   ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
-             models::UnifiedModel shared = models::UnifiedModel{nullptr},
+             models::UnifiedModel shared_model = models::UnifiedModel{nullptr},
              const models::Tokenizer* tokenizer = nullptr);
   ~ImageTrack() override;
   std::string name() const override { return "image"; }
@@ -50,10 +50,13 @@ class ImageTrack final : public Track {
   void restore(const nlohmann::json&) override {}
 
   // Loads tracks.image.pretrain.path when it holds weights, else runs the pretraining steps
-  // (fresh starts only) and saves them there; `between(i)` runs after pretraining step i (the
-  // shared model's text warm-start interleaves there). Returns true when weights were loaded.
-  // Collective over the dp group. Takes the KL reference from the result.
-  bool pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between = {});
+  // (fresh starts only) and saves them there with pretrain.json (its flow steps and the
+  // `between_steps` text warm-start steps it includes); `between(i)` runs after pretraining step
+  // i (the shared model's text warm-start interleaves there). Returns, when weights were loaded,
+  // the text warm-start steps they include (0 without a pretrain.json). Collective over dp.
+  // Takes the KL reference from the result.
+  std::optional<int64_t> pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between = {},
+                                          int64_t between_steps = 0);
   // Copies the policy into the KL reference (after every change of the starting weights).
   void refresh_reference();
   // Rank-local: an ODE-sampled grid (four rows, a column per class) written as a PNG, with a JSON beside it
@@ -61,7 +64,6 @@ class ImageTrack final : public Track {
   // share of cells whose shape the classifier reads as their prompt's class.
   double write_sample_grid(const std::string& path);
 
-  models::FlowModel& flow() { return *flow_; }
   void set_test_hooks(const ImageTrackTestHooks& hooks) { hooks_ = hooks; }
   bool shared() const { return config_.tracks.image.model.arch == "shared"; }
 
@@ -70,9 +72,11 @@ class ImageTrack final : public Track {
                             const std::vector<int64_t>& ids);
   std::vector<const ImageSample*> micro_samples(const MicroBatch& micro) const;
   // Throws std::logic_error unless micro `micro` of `mini` trains on exactly the samples, in the
-  // order, its old log-probs were computed over.
+  // order, its old log-probs were computed over. prepare() computes both from schedule_, so in a
+  // run this is an invariant check; it fires when old log-probs come from other slices (the test
+  // hook below is what makes that happen).
   void check_old_logp_slice(int64_t mini, size_t micro, const std::vector<const ImageSample*>& samples) const;
-  void recompute_old_logp_for_test(const ScheduleOptions& training);
+  void recompute_old_logp_for_test();
   // One trained transition (slot k) of a micro's samples under `model`.
   struct Transition {
     torch::Tensor log_prob;  // (B)

@@ -319,11 +319,20 @@ struct Trainer::Impl {
           // The text steps spread evenly over the flow steps, so neither skill is trained away.
           const int64_t flow_steps = std::max<int64_t>(1, config.tracks.image.pretrain.steps);
           int64_t text_done = 0;
-          const bool loaded = im->pretrain_or_load(!checkpoint, [&](int64_t i) {
-            for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) ar->warmstart_step(text_done++);
-          });
-          warmed = loaded || (!checkpoint && config.tracks.image.pretrain.steps > 0);
-          if (loaded) spdlog::info("warmstart: skipped, the loaded shared model holds it");
+          const std::optional<int64_t> loaded = im->pretrain_or_load(
+              !checkpoint,
+              [&](int64_t i) {
+                for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) ar->warmstart_step(text_done++);
+              },
+              warm_steps);
+          if (loaded) {
+            warmed = *loaded == warm_steps;
+            if (warmed) spdlog::info("warmstart: skipped, the loaded shared model holds its {} steps", warm_steps);
+            else spdlog::info("warmstart: the loaded shared model holds {} text steps, the recipe asks {}: running them "
+                              "on the loaded weights", *loaded, warm_steps);
+          } else {
+            warmed = !checkpoint && config.tracks.image.pretrain.steps > 0;
+          }
         } else {
           im->pretrain_or_load(!checkpoint);
         }
@@ -332,9 +341,11 @@ struct Trainer::Impl {
     if (start_step == 0 && !warmed)
       for (auto& t : tracks)
         if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
-    if (start_step == 0)  // the KL reference is the policy RL starts from
-      for (auto& t : tracks)
+    if (start_step == 0)  // the KL references are the policy RL starts from
+      for (auto& t : tracks) {
         if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->refresh_reference();
+        if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->refresh_reference();
+      }
     // Rollout ranks start from exactly these weights, step and data cursor (rollout_bridge.h).
     if (comms.bridge) ar_track()->publish_start(start_step);
     if (rank0) metrics = std::make_unique<MetricsWriter>(run_dir, start_step);

@@ -99,13 +99,17 @@ void UnifiedTextPolicy::load(const std::string& dir) {
   models::load_unified_state(*model_, models::load_safetensors(path), path);
 }
 
-std::unique_ptr<TextPolicy> UnifiedTextPolicy::frozen_copy() {
-  models::UnifiedModel ref(model_->config(), std::nullopt);
-  ref->to(model_->device(), model_->dtype());
+models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model) {
+  models::UnifiedModel ref(model.config(), std::nullopt);
+  ref->to(model.device(), model.dtype());
   torch::NoGradGuard no_grad;
-  const auto src = model_->named_parameters();
+  const auto src = model.named_parameters();
   for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
-  return std::make_unique<UnifiedTextPolicy>(ref);
+  return ref;
+}
+
+std::unique_ptr<TextPolicy> UnifiedTextPolicy::frozen_copy() {
+  return std::make_unique<UnifiedTextPolicy>(tandem::frozen_copy(*model_));
 }
 
 }  // namespace tandem

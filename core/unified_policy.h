@@ -23,6 +23,9 @@ models::UnifiedConfig unified_config(const ArModelConfig& ar, const ImageModelCo
 std::vector<std::vector<int64_t>> class_prompts(const models::Tokenizer& tokenizer, int64_t num_classes);
 std::string class_prompt_text(int64_t label);
 
+// A copy of `model`'s current weights (same device and dtype) that takes no gradients: a KL reference.
+models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model);
+
 // The AR track's policy on the unified model. Packed batches run as padded rows (the unified
 // attention takes an explicit mask) and their log-probs are put back on the packed axis.
 class UnifiedTextPolicy final : public TextPolicy {

@@ -11,7 +11,7 @@
 #include "llama_test_util.h"
 #include "models/llama/model.h"
 #include "models/llama/weights.h"
-#include "peak_memory.h"
+#include "core/peak_memory.h"
 
 using namespace tandem;
 using models::LlamaForCausalLM;
@@ -226,7 +226,7 @@ TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({512, 512, 512, 512}, c.vocab_size, 4));
   const auto peak_mib = [&](models::LogProbOptions o) {
     model->zero_grad();
-    test::PeakMemoryScope scope;
+    PeakMemoryScope scope;
     {
       const models::TokenLogProbs r = model->log_probs(b.packed, b.packed_targets, o);
       (r.logp.sum() + r.entropy.sum()).backward();

@@ -1,6 +1,6 @@
 // What the flow samplers and FlowGRPO need of an image policy: a label-conditional velocity field.
 // The class-conditional DiT implements it directly; the unified model implements it by writing
-// each label as its text prompt (models/unified/flow.h). Label num_classes() is the null
+// each label as its text prompt (models/unified/flow.h). Label null_label() is the null
 // condition (no class / an empty prompt) that classifier-free guidance contrasts against.
 #pragma once
 

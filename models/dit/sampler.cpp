@@ -146,13 +146,13 @@ void DitFlow::load_tensors(const std::map<std::string, torch::Tensor>& tensors, 
     if (it == tensors.end()) throw UserError(source + ": missing tensor " + p.key());
     if (it->second.sizes() != p.value().sizes())
       throw UserError(source + ": " + p.key() + " has shape " + c10::str(it->second.sizes()) + ", the model wants " +
-                      c10::str(p.value().sizes()) + " (does tracks.image.model match the saved model?)");
+                      c10::str(p.value().sizes()));
     p.value().copy_(it->second);
   }
 }
 
 namespace {
-// A non-owning DitFlow view of a module the caller holds.
+// A DitFlow sharing ownership of a module the caller holds (in a Dit ModuleHolder).
 DitFlow view(DitImpl& model) {
   return DitFlow(Dit(std::dynamic_pointer_cast<DitImpl>(model.shared_from_this())));
 }

@@ -40,6 +40,7 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
     const GenerationRequest& r = requests[i];
     const std::string who = "request " + std::to_string(i) + ": ";
     require(!r.prompt.empty(), who + "empty prompt");
+    require(r.max_new_tokens >= -1, who + "max_new_tokens must be >= 0 (or -1: the params' value)");
     for (int64_t id : r.prompt)
       require(id >= 0 && id < c.vocab_size, who + "prompt id " + std::to_string(id) + " outside the vocabulary");
     const int64_t max_new = r.max_new_tokens >= 0 ? r.max_new_tokens : p.max_new_tokens;
@@ -66,10 +67,9 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
         ids[i].narrow(0, 0, static_cast<int64_t>(s.size())).copy_(torch::tensor(s, torch::kInt64));
         lengths[i] = static_cast<int64_t>(s.size());
       }
-      const torch::Tensor logits = model.text_logits(ids.to(model.device()), lengths).to(torch::kCPU);  // (B, T, V)
-      const torch::Tensor last = logits.gather(1, (lengths - 1).view({b, 1, 1}).expand({b, 1, logits.size(2)}))
-                                     .squeeze(1)
-                                     .contiguous();  // (B, V) in the log-prob dtype
+      const torch::Tensor logits = model.text_logits(ids.to(model.device()), lengths);  // (B, T, V)
+      const torch::Tensor at = (lengths - 1).view({b, 1, 1}).expand({b, 1, logits.size(2)}).to(logits.device());
+      const torch::Tensor last = logits.gather(1, at).squeeze(1).to(torch::kCPU).contiguous();  // (B, V), log-prob dtype
       const torch::Tensor z64 = last.to(torch::kFloat64).contiguous();  // (B, V)
       const torch::Tensor logp_all = torch::log_softmax(last, 1).to(torch::kFloat64).contiguous();  // (B, V)
       const int64_t vocab = last.size(1);

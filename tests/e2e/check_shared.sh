@@ -3,7 +3,8 @@
 # float64: per-track micro sizes left null equal the shared value set explicitly (same metrics,
 # bitwise-identical weights), while another image micro size changes the weights (the control:
 # the comparison can fail); both tracks' first ratio is exactly 1; the grids carry their prompts;
-# resume is exact; `tandem generate` writes text and draws images from the checkpoint.
+# resume is exact, also with both KL references; `tandem generate` writes text and draws images
+# from the checkpoint.
 set -u
 tandem=$1; mpirun=$2; recipe=$3; here=$(dirname "$0")
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -40,6 +41,16 @@ run --set run.name=killed --set run.save_every=1 --resume auto >"$out/k2.log" 2>
 /usr/bin/python3 "$here/compare_metrics.py" "$out/unset/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
 cmp -s "$out/unset/$w" "$out/killed/$w" && echo "ok: resumed shared run ends bitwise where the uninterrupted one does" \
   || { echo "FAIL: resumed weights differ"; fail=1; }
+# With KL terms on both tracks (two frozen references of the shared model, saved in ar_reference/
+# and image_model/reference.safetensors), resume is exact too.
+kl="--set tracks.ar.algo.kl.coef=0.05 --set tracks.image.algo.kl.coef=0.05"
+run --set run.name=kl $kl >"$out/kl.log" 2>&1 || { echo "FAIL KL run"; tail -30 "$out/kl.log"; exit 1; }
+TANDEM_TEST_KILL=after_step:2 run --set run.name=kl_killed --set run.save_every=1 $kl >"$out/kk1.log" 2>&1
+run --set run.name=kl_killed --set run.save_every=1 $kl --resume auto >"$out/kk2.log" 2>&1 \
+  || { echo "FAIL KL resume"; tail -30 "$out/kk2.log"; exit 1; }
+/usr/bin/python3 "$here/compare_metrics.py" "$out/kl/metrics.jsonl" "$out/kl_killed/metrics.jsonl" || fail=1
+test -d "$out/kl/checkpoints/step_000003/ar_reference" && echo "ok: the AR KL reference is saved" \
+  || { echo "FAIL: no ar_reference in the checkpoint"; fail=1; }
 "$tandem" generate --checkpoint "$out/unset" --prompt "square corners=" --prompt "draw circle" --samples 2 \
     --image-out "$out/gen/grid.png" >"$out/gen.log" 2>&1 || { echo "FAIL generate"; cat "$out/gen.log"; exit 1; }
 grep -q "square corners= -> " "$out/gen.log" && test -s "$out/gen/grid.png" && grep -q '"draw circle"' "$out/gen/grid.json" \

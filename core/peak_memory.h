@@ -1,6 +1,7 @@
 // Peak CPU tensor memory of a block of code: a counting allocator wraps LibTorch's CPU allocator
 // for the lifetime of a PeakMemoryScope and records the high-water mark of live tensor bytes
-// above the level at the scope's start. Tests only (not thread-hot, not for production).
+// above the level at the scope's start. For tests and benchmarks (not thread-hot, not for
+// production runs).
 #pragma once
 
 #include <torch/torch.h>
@@ -11,7 +12,7 @@
 #include <atomic>
 #include <cstring>
 
-namespace tandem::test {
+namespace tandem {
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
@@ -72,4 +73,4 @@ class PeakMemoryScope {
   CountingCpuAllocator* counter_ = nullptr;
 };
 
-}  // namespace tandem::test
+}  // namespace tandem
