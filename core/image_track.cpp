@@ -79,6 +79,12 @@ std::unique_ptr<models::FlowModel> make_dit(const ImageModelConfig& m, uint64_t 
   return std::make_unique<models::DitFlow>(dit);
 }
 
+std::vector<int64_t> ids_of(const std::vector<const ImageSample*>& samples) {
+  std::vector<int64_t> ids;
+  for (const auto* s : samples) ids.push_back(s->index);
+  return ids;
+}
+
 void load_file(models::FlowModel& model, const std::string& path) {
   try {
     model.load_tensors(models::load_safetensors(path), path);
@@ -260,8 +266,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
           if (reference_) ref_mean_.back().back().push_back(transition(*reference_, samples, k).mean);
         }
         old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
-        old_slices_.back().emplace_back();
-        for (const auto* s : samples) old_slices_.back().back().push_back(s->index);
+        old_slices_.back().push_back(ids_of(samples));
       }
     }
     if (hooks_.old_logp_micro_batch_size && im.algo.old_logp == OldLogp::kRecompute)
@@ -273,8 +278,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
 }
 
 void ImageTrack::check_old_logp_slice(int64_t mini, size_t micro, const std::vector<const ImageSample*>& samples) const {
-  std::vector<int64_t> ids;
-  for (const auto* s : samples) ids.push_back(s->index);
+  const std::vector<int64_t> ids = ids_of(samples);
   const std::vector<int64_t>& old = old_slices_.at(static_cast<size_t>(mini)).at(micro);
   if (ids == old) return;
   auto list = [](const std::vector<int64_t>& v) {
@@ -303,8 +307,7 @@ void ImageTrack::recompute_old_logp_for_test() {
       std::vector<torch::Tensor> cols;
       for (int64_t k = 0; k < train_timesteps_; ++k) cols.push_back(transition(*flow_, samples, k).log_prob);
       const torch::Tensor t = torch::stack(cols, 1);  // (B, T)
-      std::vector<int64_t> ids;
-      for (const auto* s : samples) ids.push_back(s->index);
+      const std::vector<int64_t> ids = ids_of(samples);
       for (size_t i = 0; i < samples.size(); ++i) row[samples[i]->index] = t[static_cast<int64_t>(i)], computed_in[samples[i]->index] = ids;
     }
   }

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace tandem::models {
 
@@ -96,6 +99,39 @@ int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u
   }
   order.resize(static_cast<size_t>(std::max<int64_t>(kept, 1)));
   return inverse_cdf(w, order, u);
+}
+
+void validate_generation(const std::vector<GenerationRequest>& requests, const SamplingParams& p, int64_t vocab_size,
+                         int64_t max_len, const std::string& who, const std::string& max_len_name) {
+  const auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw UserError(who + ": " + what);
+  };
+  require(std::isfinite(p.temperature) && p.temperature >= 0, "temperature must be >= 0");
+  require(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1]");
+  require(p.top_k >= 0, "top_k must be >= 0");
+  require(p.max_new_tokens >= 0, "max_new_tokens must be >= 0");
+  require(p.max_batch >= 1, "max_batch must be >= 1");
+  require(p.vocab_limit >= 0, "vocab_limit must be >= 0");
+  for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    const std::string request = "request " + std::to_string(i) + ": ";
+    require(!r.prompt.empty(), request + "empty prompt");
+    for (int64_t id : r.prompt)
+      require(id >= 0 && id < vocab_size, request + "prompt id " + std::to_string(id) + " outside the vocabulary");
+    require(r.max_new_tokens >= -1, request + "max_new_tokens must be >= 0 (or -1: the params' value)");
+    const int64_t max_new = r.max_new_tokens >= 0 ? r.max_new_tokens : p.max_new_tokens;
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + max_new;
+    require(total <= max_len, request + "prompt + max_new_tokens = " + std::to_string(total) + " exceeds the model's " +
+                                  max_len_name + " " + std::to_string(max_len));
+  }
+}
+
+bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p) {
+  if (std::find(p.stop_ids.begin(), p.stop_ids.end(), tokens.back()) != p.stop_ids.end()) return true;
+  for (const auto& seq : p.stop_sequences)
+    if (tokens.size() >= seq.size() && std::equal(seq.rbegin(), seq.rend(), tokens.rbegin())) return true;
+  return false;
 }
 
 }  // namespace tandem::models

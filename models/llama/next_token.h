@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "models/llama/sampler.h"
 
@@ -35,5 +37,14 @@ bool is_greedy(const SamplingParams& p);
 //   otherwise, whose cumulative w exceeds u * (sum of the candidates' w).
 // Throws std::runtime_error for a row holding NaN or +inf, or all -inf.
 int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u);
+
+// What every sampler checks before generating: the params' ranges, non-empty prompts of ids in
+// [0, vocab_size), and prompt + max_new_tokens within max_len. Throws UserError "<who>: ...",
+// naming the model's limit as `max_len_name`.
+void validate_generation(const std::vector<GenerationRequest>& requests, const SamplingParams& p, int64_t vocab_size,
+                         int64_t max_len, const std::string& who, const std::string& max_len_name);
+
+// True when the response `tokens` (non-empty) ends with a stop id or a stop sequence of `p`.
+bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p);
 
 }  // namespace tandem::models

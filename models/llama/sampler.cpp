@@ -17,33 +17,8 @@ namespace tandem::models {
 
 namespace {
 
-void require(bool ok, const std::string& what) {
-  if (!ok) throw UserError("sampler: " + what);
-}
-
 int64_t max_new_of(const GenerationRequest& r, const SamplingParams& p) {
   return r.max_new_tokens >= 0 ? r.max_new_tokens : p.max_new_tokens;
-}
-
-void validate(const std::vector<GenerationRequest>& requests, const SamplingParams& p, const LlamaConfig& c) {
-  require(std::isfinite(p.temperature) && p.temperature >= 0, "temperature must be >= 0");
-  require(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1]");
-  require(p.top_k >= 0, "top_k must be >= 0");
-  require(p.max_new_tokens >= 0, "max_new_tokens must be >= 0");
-  require(p.max_batch >= 1, "max_batch must be >= 1");
-  require(p.vocab_limit >= 0, "vocab_limit must be >= 0");
-  for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& r = requests[i];
-    const std::string who = "request " + std::to_string(i) + ": ";
-    require(!r.prompt.empty(), who + "empty prompt");
-    for (int64_t id : r.prompt)
-      require(id >= 0 && id < c.vocab_size, who + "prompt id " + std::to_string(id) + " outside the vocabulary");
-    require(r.max_new_tokens >= -1, who + "max_new_tokens must be >= 0 (or -1: the params' value)");
-    const int64_t total = static_cast<int64_t>(r.prompt.size()) + max_new_of(r, p);
-    require(total <= c.max_seq_len, who + "prompt + max_new_tokens = " + std::to_string(total) +
-                                        " exceeds the model's max_seq_len " + std::to_string(c.max_seq_len));
-  }
 }
 
 // One sequence being decoded; it sits in cache slot = its index in Batcher::live_.
@@ -66,10 +41,6 @@ PackedInput pack(const std::vector<std::vector<int64_t>>& seqs) {
   }
   return {torch::tensor(ids, torch::kInt64).view({1, -1}), torch::tensor(pos, torch::kInt64).view({1, -1}),
           torch::tensor(cu, torch::kInt64), width};
-}
-
-bool ends_with(const std::vector<int64_t>& tokens, const std::vector<int64_t>& suffix) {
-  return tokens.size() >= suffix.size() && std::equal(suffix.rbegin(), suffix.rend(), tokens.rbegin());
 }
 
 class Batcher {
@@ -162,12 +133,7 @@ class Batcher {
     for (auto it = done.rbegin(); it != done.rend(); ++it) retire(*it);
   }
 
-  bool stops(const std::vector<int64_t>& tokens) const {
-    if (std::find(p_.stop_ids.begin(), p_.stop_ids.end(), tokens.back()) != p_.stop_ids.end()) return true;
-    for (const auto& seq : p_.stop_sequences)
-      if (ends_with(tokens, seq)) return true;
-    return false;
-  }
+  bool stops(const std::vector<int64_t>& tokens) const { return ends_at_stop(tokens, p_); }
 
   // Records live_[i]'s result and fills its slot with the last live sequence (and its cache).
   void retire(size_t i) {
@@ -201,7 +167,8 @@ uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t prompt_id, int64_t
 
 std::vector<Generation> generate(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests,
                                  const SamplingParams& params, GenerationStats* stats) {
-  validate(requests, params, model.config());
+  validate_generation(requests, params, model.config().vocab_size, model.config().max_seq_len, "sampler",
+                      "max_seq_len");
   torch::NoGradGuard no_grad;
   GenerationStats local;
   Batcher batcher(model, requests, params);

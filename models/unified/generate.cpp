@@ -11,14 +11,6 @@ namespace tandem::models {
 
 namespace {
 
-void require(bool ok, const std::string& what) {
-  if (!ok) throw UserError("unified sampler: " + what);
-}
-
-bool ends_with(const std::vector<int64_t>& s, const std::vector<int64_t>& tail) {
-  return s.size() >= tail.size() && std::equal(tail.begin(), tail.end(), s.end() - static_cast<long>(tail.size()));
-}
-
 struct Live {
   size_t request;
   std::vector<int64_t> ids;  // prompt + response so far
@@ -31,23 +23,7 @@ struct Live {
 std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vector<GenerationRequest>& requests,
                                          const SamplingParams& p) {
   const UnifiedConfig& c = model.config();
-  require(std::isfinite(p.temperature) && p.temperature >= 0, "temperature must be >= 0");
-  require(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1]");
-  require(p.top_k >= 0 && p.max_new_tokens >= 0 && p.max_batch >= 1 && p.vocab_limit >= 0,
-          "top_k, max_new_tokens and vocab_limit must be >= 0, max_batch >= 1");
-  for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& r = requests[i];
-    const std::string who = "request " + std::to_string(i) + ": ";
-    require(!r.prompt.empty(), who + "empty prompt");
-    require(r.max_new_tokens >= -1, who + "max_new_tokens must be >= 0 (or -1: the params' value)");
-    for (int64_t id : r.prompt)
-      require(id >= 0 && id < c.vocab_size, who + "prompt id " + std::to_string(id) + " outside the vocabulary");
-    const int64_t max_new = r.max_new_tokens >= 0 ? r.max_new_tokens : p.max_new_tokens;
-    const int64_t total = static_cast<int64_t>(r.prompt.size()) + max_new;
-    require(total <= c.max_text_len, who + "prompt + max_new_tokens = " + std::to_string(total) +
-                                         " exceeds the model's max_text_len " + std::to_string(c.max_text_len));
-  }
+  validate_generation(requests, p, c.vocab_size, c.max_text_len, "unified sampler", "max_text_len");
   torch::NoGradGuard no_grad;
   std::vector<Generation> out(requests.size());
   for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(p.max_batch)) {
@@ -83,8 +59,7 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
         g.tokens.push_back(token);
         g.logp.push_back(logp_all.data_ptr<double>()[i * vocab + token]);
         s.ids.push_back(token);
-        g.stopped = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
-        for (const auto& seq : p.stop_sequences) g.stopped = g.stopped || ends_with(g.tokens, seq);
+        g.stopped = ends_at_stop(g.tokens, p);
         if (!g.stopped && static_cast<int64_t>(g.tokens.size()) < s.max_new) next.push_back(std::move(s));
       }
       live = std::move(next);
