@@ -27,6 +27,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "core/config.h"
 #include "core/cpu_threads.h"
 #include "core/metrics.h"
@@ -424,6 +425,7 @@ int run_bench_ablate(const BenchAblateArgs& a) {
   out["order"] = order_names;
   out["unit"] = conditions[base].unit;
   out["blas"] = blas_description();
+  out["host_memory"] = host_memory_description();
   out["cpus"] = describe(cpu_budget());
   out["run_threads"] = baseline.run.threads;  // 0: each rank takes its share of the CPUs
   out["gemm_gflops"] = gemm;

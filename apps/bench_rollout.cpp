@@ -15,6 +15,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
 
@@ -128,6 +129,7 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   nlohmann::json out;
   out["threads"] = torch::get_num_threads();
   out["blas"] = blas_description();
+  out["host_memory"] = host_memory_description();
   out["gemm512_f32_gflops"] = gemm_gflops();
   out["dtype"] = a.dtype;
   out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers},

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "core/ar_track.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "core/image_track.h"
 #include "core/peak_memory.h"
 #include "parallel/process_groups.h"
@@ -48,6 +49,7 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   out["track"] = a.track;
   out["threads"] = torch::get_num_threads();
   out["blas"] = blas_description();
+  out["host_memory"] = host_memory_description();
   out["gemm_gflops"] = gemm_gflops();
   // Median seconds of `repeats` accumulate() calls of one prepared track, after one untimed call
   // that measures the peak tensor memory of its micros (they run one after the other).

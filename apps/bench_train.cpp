@@ -6,6 +6,7 @@
 // threads and MFU = achieved / peak. Old log-probs are recomputed once before timing (so the
 // first update's ratio is 1, as in training); the timed steps are what an update costs.
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "core/collate.h"
 #include "core/cpu_threads.h"
 #include "core/llama_policy.h"
@@ -154,7 +156,12 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
 
   std::vector<double> step_s, fwd_s, bwd_s, opt_s;
-  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
+  const bool profile_step = !a.profile_path.empty();
+  for (int64_t step = 0; step < a.warmup + a.steps + (profile_step ? 1 : 0); ++step) {
+    // One step more after the timed ones, profiled and not timed: recording every operator slows it.
+    const bool profiled = profile_step && step == a.warmup + a.steps;
+    std::optional<torch::autograd::profiler::RecordProfile> profile;
+    if (profiled) profile.emplace(a.profile_path);
     const auto t0 = Clock::now();
     MicroOutcome total;
     for (size_t k = 0; k < micros.size(); ++k) {
@@ -163,7 +170,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
     }
     const auto t1 = Clock::now();
     reduce_and_step(params, optimizer, *comm, 1.0, std::isfinite(total.loss));
-    if (step < a.warmup) continue;
+    if (step < a.warmup || profiled) continue;
     opt_s.push_back(seconds_since(t1));
     step_s.push_back(seconds_since(t0));
     fwd_s.push_back(total.forward_s);
@@ -188,6 +195,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   out["threads"] = torch::get_num_threads();
   out["save_logits_mib"] = a.save_logits_mib;
   out["blas"] = blas_description();
+  out["host_memory"] = host_memory_description();
   out["steps"] = a.steps;
   out["step_s"] = t;
   out["fwd_s"] = median(fwd_s);

@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "core/config.h"
 #include "parallel/runtime.h"
 
@@ -42,6 +43,7 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
 
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);  // may re-execute this process once; before any thread starts
+  tandem::keep_freed_host_memory();
   CLI::App app{"tandem: native GRPO / FlowGRPO post-training engine"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
@@ -166,6 +168,8 @@ int main(int argc, char** argv) {
   bench_train->add_option("--save-logits-mib", train_bench.save_logits_mib,
                           "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
       ->check(CLI::NonNegativeNumber);
+  bench_train->add_option("--profile", train_bench.profile_path,
+                          "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");
 
   tandem::app::BenchAblateArgs ablate;
   CLI::App* bench_ablate = bench->add_subcommand(

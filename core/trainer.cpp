@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "core/ar_track.h"
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 #include "core/checkpoint.h"
 #include "core/cpu_threads.h"
 #include "core/image_track.h"
@@ -119,9 +120,10 @@ struct Trainer::Impl {
     const RankRuntime rt = setup_rank_runtime(config.run, options.local_rank, options.local_ranks);
     device = rt.device, dtype = rt.dtype;
     const CpuBudget& cpus = rt.cpus;
-    spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {}",
+    spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {} | {}",
                  dims.to_string(), device.str(), to_string(config.run.dtype), options.local_ranks, describe(cpus),
-                 torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description());
+                 torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description(),
+                 host_memory_description());
     if (config.train.overlap) {
       const int n = torch::get_num_threads();
       spdlog::info("train.overlap: two threads per rank while sampling: the sampler with {} intra-op threads, the "

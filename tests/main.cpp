@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);
+  tandem::keep_freed_host_memory();  // as the tandem binary runs
   return Catch::Session().run(argc, argv);
 }

@@ -6,9 +6,11 @@
 #include <torch/torch.h>
 
 #include "core/blas_kernel.h"
+#include "core/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);  // the kernels tandem runs on
+  tandem::keep_freed_host_memory();
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);  // ranks share this machine's cores
   int rank = 0;
