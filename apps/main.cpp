@@ -168,6 +168,9 @@ int main(int argc, char** argv) {
   bench_train->add_option("--save-logits-mib", train_bench.save_logits_mib,
                           "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
       ->check(CLI::NonNegativeNumber);
+  bench_train->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
+                          "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
+      ->check(CLI::NonNegativeNumber);
   bench_train->add_option("--profile", train_bench.profile_path,
                           "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");
 

@@ -30,48 +30,60 @@ std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targe
   return {local.clamp(0, size - 1), in_shard};
 }
 
+// Every chunk's (C, V_local) work runs in two buffers allocated once per call, with GEMMs
+// writing into them (matmul_out, addmm_) and in-place elementwise passes: a fresh 64 MiB output
+// per op cost more than the op itself (first touch of the pages, write-allocate traffic).
 struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, int64_t vocab_begin, int64_t comm, int64_t chunk,
-                               bool keep_logits) {
+                               bool keep_logits, bool with_entropy) {
     Communicator* tp = reinterpret_cast<Communicator*>(comm);
     const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
-    torch::Tensor logp = torch::empty({n}, opts), entropy = torch::empty({n}, opts);  // (N)
-    torch::Tensor lse = torch::empty({n}, opts), mu = torch::empty({n}, opts);        // (N)
-    torch::Tensor kept;  // (N, V_local) the logits, when kept for the backward
+    const bool direct = weight.scalar_type() == dtype;  // the GEMM can write the statistics dtype itself
+    torch::Tensor logp = torch::empty({n}, opts), entropy;   // (N)
+    torch::Tensor lse = torch::empty({n}, opts), mu;         // (N)
+    if (with_entropy) entropy = torch::empty({n}, opts), mu = torch::empty({n}, opts);
+    torch::Tensor kept;  // (N, V_local) the shifted logits, when kept for the backward
     if (keep_logits) kept = torch::empty({n, vocab_local}, opts);
+    const int64_t rows = std::min(n, chunk);
+    torch::Tensor z_buf = keep_logits ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
+    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);                                   // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
-      const int64_t e = std::min(n, s + chunk);
-      torch::Tensor z;  // (C, V_local)
-      if (keep_logits && weight.scalar_type() == dtype) {
-        z = kept.slice(0, s, e);
-        torch::matmul_out(z, hidden.slice(0, s, e), weight.t());
+      const int64_t e = std::min(n, s + chunk), c = e - s;
+      const torch::Tensor h = hidden.slice(0, s, e);                                   // (C, D)
+      torch::Tensor z = keep_logits ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);     // (C, V_local)
+      if (direct) {
+        torch::matmul_out(z, h, weight.t());
       } else {
-        z = chunk_logits(hidden.slice(0, s, e), weight, dtype);
-        if (keep_logits) z = kept.slice(0, s, e).copy_(z);
+        z.copy_(torch::matmul(h, weight.t()));
       }
-      torch::Tensor m = std::get<0>(z.max(1));                               // (C)
+      torch::Tensor m = z.amax(1);  // (C)
       if (tp) tp->all_reduce(m, ReduceOp::kMax);
-      z.sub_(m.unsqueeze(1));  // shifted logits, (C, V_local) (kept shifted: the backward adds m)
+      z.sub_(m.unsqueeze(1));  // shifted logits (kept shifted: lse and mu below are relative to them)
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(dtype);  // (C)
-      torch::Tensor ez = z.exp();                                                                   // (C, V_local)
-      torch::Tensor sum_exp = ez.sum(1);                                                            // (C)
-      torch::Tensor sum_exp_z = ez.mul_(z).sum(1);                                                  // (C)
-      torch::Tensor stats = torch::stack({sum_exp, sum_exp_z, target_shifted});                     // (3, C)
+      torch::Tensor ez = e_buf.narrow(0, 0, c);                                                     // (C, V_local)
+      torch::exp_out(ez, z);
+      std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
+      if (with_entropy) parts.push_back(ez.mul_(z).sum(1));
+      torch::Tensor stats = torch::stack(parts);  // (2 or 3, C): sum exp, target, [sum exp * z]
       if (tp) tp->all_reduce(stats, ReduceOp::kSum);
-      const torch::Tensor log_sum = stats[0].log(), mean_shifted = stats[1] / stats[0];  // (C)
-      logp.slice(0, s, e).copy_(stats[2] - log_sum);
-      entropy.slice(0, s, e).copy_(log_sum - mean_shifted);
-      lse.slice(0, s, e).copy_(m + log_sum);
-      mu.slice(0, s, e).copy_(m + mean_shifted);
-      if (keep_logits) lse.slice(0, s, e).sub_(m), mu.slice(0, s, e).sub_(m);  // relative to kept z
+      const torch::Tensor log_sum = stats[0].log();  // (C)
+      logp.slice(0, s, e).copy_(stats[1] - log_sum);
+      lse.slice(0, s, e).copy_(keep_logits ? log_sum : m + log_sum);
+      if (with_entropy) {
+        const torch::Tensor mean_shifted = stats[2] / stats[0];  // (C)
+        entropy.slice(0, s, e).copy_(log_sum - mean_shifted);
+        mu.slice(0, s, e).copy_(keep_logits ? mean_shifted : m + mean_shifted);
+      }
     }
-    ctx->save_for_backward({hidden, weight, targets, lse, mu, keep_logits ? kept : torch::Tensor()});
+    ctx->save_for_backward({hidden, weight, targets, lse, with_entropy ? mu : torch::Tensor(),
+                            keep_logits ? kept : torch::Tensor()});
     ctx->saved_data["vocab_begin"] = vocab_begin;
     ctx->saved_data["chunk"] = chunk;
+    if (!with_entropy) entropy = torch::zeros({n}, opts);  // an output autograd needs; never read
     return {logp, entropy};
   }
 
@@ -79,19 +91,36 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3], &mu = saved[4];
     const torch::Tensor& kept = saved[5];  // (N, V_local) shifted logits, or undefined (recompute)
-    const torch::Tensor &g_logp = grads[0], &g_entropy = grads[1];  // (N) each, either may be undefined
+    const torch::Tensor& g_logp = grads[0];  // (N) or undefined
+    // Without with_entropy the entropy output is a placeholder: its gradient is dropped.
+    const torch::Tensor g_entropy = mu.defined() ? grads[1] : torch::Tensor();  // (N) or undefined
     const int64_t vocab_begin = ctx->saved_data["vocab_begin"].toInt(), chunk = ctx->saved_data["chunk"].toInt();
     const torch::ScalarType dtype = lse.scalar_type();
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
-    if (!g_logp.defined() && !g_entropy.defined()) return variable_list(7);
-    torch::Tensor d_hidden = torch::empty_like(hidden);                          // (N, D)
+    const variable_list none(8);
+    if (!g_logp.defined() && !g_entropy.defined()) return none;
+    const bool direct = weight.scalar_type() == dtype;
+    torch::Tensor d_hidden = torch::empty_like(hidden);                                    // (N, D)
     torch::Tensor d_weight = torch::zeros(weight.sizes(), weight.options().dtype(dtype));  // (V_local, D)
+    const torch::Tensor w = direct ? weight : weight.to(dtype);                            // (V_local, D)
+    const int64_t rows = std::min(n, chunk);
+    const auto opts = lse.options();
+    torch::Tensor z_buf = kept.defined() ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
+    torch::Tensor p_buf = torch::empty({rows, vocab_local}, opts);                                      // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
-      const int64_t e = std::min(n, s + chunk);
-      const torch::Tensor h = hidden.slice(0, s, e);           // (C, D)
+      const int64_t e = std::min(n, s + chunk), c = e - s;
+      const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       // Kept logits are consumed in place: the backward runs once.
-      torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : chunk_logits(h, weight, dtype);  // (C, V_local)
-      torch::Tensor dz = (z - lse.slice(0, s, e).unsqueeze(1)).exp_();  // p, (C, V_local)
+      torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
+      if (!kept.defined()) {
+        if (direct) {
+          torch::matmul_out(z, h, weight.t());
+        } else {
+          z.copy_(torch::matmul(h, weight.t()));
+        }
+      }
+      torch::Tensor dz = p_buf.narrow(0, 0, c);  // (C, V_local)
+      torch::sub_out(dz, z, lse.slice(0, s, e).unsqueeze(1)).exp_();  // p
       if (g_entropy.defined()) {
         z.sub_(mu.slice(0, s, e).unsqueeze(1)).mul_(g_entropy.slice(0, s, e).to(dtype).unsqueeze(1));
         if (g_logp.defined()) z.add_(g_logp.slice(0, s, e).to(dtype).unsqueeze(1));
@@ -104,11 +133,17 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
         const torch::Tensor add = g_logp.slice(0, s, e).to(dtype) * in_shard.to(dtype);  // (C)
         dz.scatter_add_(1, local.unsqueeze(1), add.unsqueeze(1));
       }
-      d_hidden.slice(0, s, e).copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
-      d_weight.add_(torch::matmul(dz.t(), h.to(dtype)));
+      if (direct) {
+        torch::Tensor dh = d_hidden.slice(0, s, e);  // (C, D), contiguous rows
+        torch::matmul_out(dh, dz, w);
+      } else {
+        d_hidden.slice(0, s, e).copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
+      }
+      d_weight.addmm_(dz.t(), direct ? h : h.to(dtype));
     }
-    return {d_hidden, d_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+    variable_list out = none;
+    out[0] = d_hidden, out[1] = d_weight.to(weight.scalar_type());
+    return out;
   }
 };
 
@@ -144,7 +179,7 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
                     hidden.size(0) * weight.size(0) * bytes <= options.save_logits_max_bytes &&
                     torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   variable_list out = ChunkedVocabLogProb::apply(h, weight, targets, vocab_begin, reinterpret_cast<int64_t>(tp),
-                                                 chunk, keep);
+                                                 chunk, keep, options.with_entropy);
   TokenLogProbs r;
   r.logp = out[0];
   if (options.with_entropy) r.entropy = out[1];

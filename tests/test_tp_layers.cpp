@@ -48,6 +48,44 @@ TEST_CASE("with tp = 1 the parallel layers are plain layers", "[tp]") {
   CHECK(emb->vocab_range.size() == 11);
 }
 
+TEST_CASE("fused column-parallel projections equal separate linears: outputs and gradients (float64 1e-12)", "[tp]") {
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  for (const bool bias : {false, true}) {
+    std::vector<parallel::ColumnParallelLinear> layers;
+    for (int64_t out : {7, 3, 5}) layers.emplace_back(6, out, bias, parallel::ParallelContext{});
+    for (auto& l : layers) {
+      l->to(torch::kFloat64);
+      torch::NoGradGuard g;
+      l->weight.normal_(0, 1, gen);
+      if (bias) l->bias.normal_(0, 1, gen);
+    }
+    const torch::Tensor x0 = torch::randn({2, 4, 6}, gen, torch::kFloat64);  // (B, T, in): 3-d input
+    const std::vector<torch::Tensor> gy = {torch::randn({2, 4, 7}, gen, torch::kFloat64),
+                                           torch::randn({2, 4, 3}, gen, torch::kFloat64)};
+    // The third projection is left out of the loss: its gradient is undefined, not zero-filled.
+    const auto run = [&](bool fused) {
+      for (auto& l : layers) l->zero_grad();
+      const torch::Tensor x = x0.clone().requires_grad_(true);
+      std::vector<torch::Tensor> y;
+      if (fused) {
+        y = parallel::fused_column_parallel(x, {layers[0].get(), layers[1].get(), layers[2].get()});
+      } else {
+        for (auto& l : layers) y.push_back(l(x));
+      }
+      ((y[0] * gy[0]).sum() + (y[1] * gy[1]).sum()).backward();
+      std::vector<torch::Tensor> out = {y[0].detach(), y[1].detach(), y[2].detach(), x.grad()};
+      for (auto& l : layers) out.push_back(l->weight.grad().defined() ? l->weight.grad() : torch::zeros_like(l->weight));
+      return out;
+    };
+    const auto ref = run(false), got = run(true);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      INFO("bias " << bias << " tensor " << i);
+      CHECK(got[i].sizes() == ref[i].sizes());
+      CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
+    }
+  }
+}
+
 TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (float64 1e-12)", "[tp]") {
   // Errors relative to the largest magnitude of the reference tensor.
   at::Generator gen = at::detail::createCPUGenerator(11);
@@ -74,6 +112,23 @@ TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (f
       INFO("chunk " << chunk << " keep " << keep_bytes);
       const auto got = run(true, chunk, keep_bytes);
       for (size_t i = 0; i < ref.size(); ++i) CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
+    }
+  // Without the entropy: the forward skips its statistics, the backward its term.
+  const auto logp_only = [&](bool chunked, int64_t chunk, int64_t keep_bytes) {
+    const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    const parallel::TokenLogProbs r =
+        chunked ? parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, {false, chunk, keep_bytes})
+                : parallel::full_logits_log_probs(h, w, targets, 0, nullptr, false);
+    CHECK_FALSE(r.entropy.defined());
+    (r.logp * gl).sum().backward();
+    return std::vector<torch::Tensor>{r.logp.detach(), h.grad(), w.grad()};
+  };
+  const auto ref_logp = logp_only(false, 0, 0);
+  for (int64_t chunk : {1, 5, 100})
+    for (int64_t keep_bytes : {int64_t{0}, int64_t{1} << 30}) {
+      INFO("logp only, chunk " << chunk << " keep " << keep_bytes);
+      const auto got = logp_only(true, chunk, keep_bytes);
+      for (size_t i = 0; i < ref_logp.size(); ++i) CHECK(test::rel_to_max(got[i], ref_logp[i]) < 1e-12);
     }
   CHECK(parallel::logits_chunk_tokens({}, 1000, 4) == parallel::kDefaultLogitsChunkBytes / 4000);
   CHECK(parallel::logits_chunk_tokens({false, 9}, 1000, 4) == 9);

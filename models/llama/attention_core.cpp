@@ -1,8 +1,8 @@
 // Head layout: query head h uses kv head h / G (G = H / H_kv), as HF's repeat_kv. Queries are
 // grouped per kv head into (B, H_kv, G * L, D) so the matmuls never expand K/V. Packed segments
 // are bucketed by span (longest first) and each bucket is gathered into a padded batch with
-// index_select, whose backward scatters the gradient back: a handful of batched ops per layer
-// instead of a dozen per sequence. Padded keys are masked to -inf, so they get probability
+// index_select (one autograd node for all buckets, whose backward scatters the gradients back
+// into one tensor): a handful of batched ops per layer instead of a dozen per sequence. Padded keys are masked to -inf, so they get probability
 // exactly 0 and contribute exactly 0 to outputs and gradients.
 #include "models/llama/attention_core.h"
 
@@ -17,11 +17,15 @@ namespace tandem::models {
 
 namespace {
 
-// scores (..., L, S) masked where `blocked`, softmax in the compute dtype, back to `dtype`.
+// scores (..., L, S) masked where `blocked`, softmax in the compute dtype, back to `dtype`. The
+// mask is added as 0 / -inf (exactly masked_fill's values): one pass over the scores forward and
+// none backward, where masked_fill copies them in both directions. The bias has the mask's
+// shape, without the heads.
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& blocked, torch::ScalarType dtype) {
-  const torch::Tensor s =
-      scores.to(compute_dtype(dtype)).masked_fill(blocked, -std::numeric_limits<double>::infinity());
-  return torch::softmax(s, -1).to(dtype);
+  const torch::ScalarType ct = compute_dtype(dtype);
+  const torch::Tensor bias = torch::zeros(blocked.sizes(), scores.options().dtype(ct))
+                                 .masked_fill_(blocked, -std::numeric_limits<double>::infinity());
+  return torch::softmax(scores.to(ct) + bias, -1).to(dtype);
 }
 
 // q (B, L_q, H, D), k / v (B, L_k, H_kv, D), blocked broadcastable to (B, H_kv, G, L_q, L_k).
@@ -32,14 +36,46 @@ torch::Tensor batched_attention(const torch::Tensor& q, const torch::Tensor& k, 
                 kv_heads = k.size(2);
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const torch::Tensor qg =  // (B, H_kv, G*L_q, D)
-      q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b, kv_heads, group * lq, dim});
-  const torch::Tensor scores =  // (B, H_kv, G, L_q, L_k)
-      torch::matmul(qg, k.permute({0, 2, 3, 1})).mul(scale).view({b, kv_heads, group, lq, lk});
+  // The scale goes on the queries (L_q x D), not on the (L_q, L_k) scores: a pass over the
+  // small tensor instead of the large one, in either direction.
+  const torch::Tensor qg =  // (B*H_kv, G*L_q, D)
+      q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b * kv_heads, group * lq, dim}).mul(scale);
+  const torch::Tensor kt = k.permute({0, 2, 3, 1}).reshape({b * kv_heads, dim, lk});  // (B*H_kv, D, L_k)
+  const torch::Tensor scores = torch::bmm(qg, kt).view({b, kv_heads, group, lq, lk});  // (B, H_kv, G, L_q, L_k)
   const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (B, H_kv, G, L_q, L_k)
   const torch::Tensor out =  // (B, H_kv, G*L_q, D)
       torch::matmul(probs.view({b, kv_heads, group * lq, lk}), v.permute({0, 2, 1, 3}));
   return out.view({b, kv_heads, group, lq, dim}).permute({0, 3, 1, 2, 4}).reshape({b, lq, heads, dim});
+}
+
+// Rows of x (N, ...) at each of several index tensors: x.index_select(0, index_i) for every i.
+// The backward scatters every part's gradient into one zero-filled (N, ...) tensor, where one
+// index_select per bucket would each zero-fill and then add a whole (N, ...) gradient.
+struct GatherRows : torch::autograd::Function<GatherRows> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                at::TensorList indices) {
+    torch::autograd::variable_list out;
+    for (const auto& index : indices) out.push_back(x.index_select(0, index));
+    ctx->save_for_backward(torch::autograd::variable_list(indices.begin(), indices.end()));
+    ctx->saved_data["sizes"] = x.sizes();
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto indices = ctx->get_saved_variables();
+    torch::autograd::variable_list out(1 + indices.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (!out[0].defined()) out[0] = torch::zeros(ctx->saved_data["sizes"].toIntVector(), grads[i].options());
+      out[0].index_add_(0, indices[i], grads[i]);
+    }
+    return out;
+  }
+};
+
+std::vector<torch::Tensor> gather_rows(const torch::Tensor& x, const std::vector<torch::Tensor>& indices) {
+  if (indices.empty()) return {};
+  return GatherRows::apply(x, at::TensorList(indices));  // a TensorList, so autograd sees the indices as inputs
 }
 
 torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device device) {
@@ -127,7 +163,13 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
   if (q.size(0) != plan.rows) throw std::invalid_argument("packed_attention: the plan is for another row count");
   if (plan.buckets.empty()) return torch::zeros_like(q);
   const int64_t heads = q.size(1), dim = q.size(2), kv_heads = k.size(1);
+  std::vector<torch::Tensor> q_index, k_index;  // of the gathered buckets, in bucket order
+  for (const auto& b : plan.buckets)
+    if (b.q_start < 0) q_index.push_back(b.q_index), k_index.push_back(b.k_index);
+  const std::vector<torch::Tensor> q_parts = gather_rows(q, q_index), k_parts = gather_rows(k, k_index),
+                                   v_parts = gather_rows(v, k_index);
   std::vector<torch::Tensor> parts;
+  size_t gathered = 0;
   for (const auto& b : plan.buckets) {
     torch::Tensor qb, kb, vb;  // (B, L_q, H, D), (B, L_k, H_kv, D)
     if (b.q_start >= 0) {
@@ -135,9 +177,10 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
       kb = k.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
       vb = v.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
     } else {
-      qb = q.index_select(0, b.q_index).view({b.batch, b.q_len, heads, dim});
-      kb = k.index_select(0, b.k_index).view({b.batch, b.k_len, kv_heads, dim});
-      vb = v.index_select(0, b.k_index).view({b.batch, b.k_len, kv_heads, dim});
+      qb = q_parts[gathered].view({b.batch, b.q_len, heads, dim});
+      kb = k_parts[gathered].view({b.batch, b.k_len, kv_heads, dim});
+      vb = v_parts[gathered].view({b.batch, b.k_len, kv_heads, dim});
+      ++gathered;
     }
     torch::Tensor out = batched_attention(qb, kb, vb, b.blocked).reshape({b.batch * b.q_len, heads, dim});
     parts.push_back(b.real_rows.defined() ? out.index_select(0, b.real_rows) : out);

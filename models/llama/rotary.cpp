@@ -1,23 +1,52 @@
-// RoPE tables and rotation.
+// RoPE tables and rotation. The rotation is one autograd Function over the two halves (its
+// backward is the same rotation by -theta), so neither direction materialises cat(-x2, x1) nor
+// the narrow/cat gradients' zero-filled copies.
 #include "models/llama/rotary.h"
 
 #include "models/llama/rms_norm.h"
 
 namespace tandem::models {
 
+namespace {
+
+// [x1 c - x2 s, x2 c + x1 s] for x (N, H, D) and c, s (N, 1, D/2), into a fresh contiguous tensor.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s) {
+  const int64_t half = x.size(-1) / 2;
+  const torch::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // (N, H, D/2)
+  torch::Tensor out = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+  torch::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);   // (N, H, D/2)
+  torch::mul_out(o1, x1, c).addcmul_(x2, s, -1);
+  torch::mul_out(o2, x2, c).addcmul_(x1, s, 1);
+  return out;
+}
+
+struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& c,
+                               const torch::Tensor& s) {
+    ctx->save_for_backward({c, s});
+    return rotate(x, c, s);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    // The rotation is orthogonal: its transpose rotates by -theta.
+    return {rotate(grads[0], saved[0], -saved[1]), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype) {
   const auto opts = torch::TensorOptions().dtype(compute_dtype(dtype)).device(positions.device());
   const torch::Tensor exponents = torch::arange(0, head_dim, 2, opts) / static_cast<double>(head_dim);  // (D/2)
   const torch::Tensor inv_freq = 1.0 / torch::pow(theta, exponents);                                      // (D/2)
   const torch::Tensor freqs = positions.to(opts.dtype()).unsqueeze(1) * inv_freq.unsqueeze(0);             // (N, D/2)
-  const torch::Tensor angles = torch::cat({freqs, freqs}, 1).unsqueeze(1);                                 // (N, 1, D)
+  const torch::Tensor angles = freqs.unsqueeze(1);                                                         // (N, 1, D/2)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& t) {
-  const int64_t half = x.size(-1) / 2;
-  const torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);  // (N, H, D)
-  return x * t.cos + rotated * t.sin;
+  return RotaryFunction::apply(x, t.cos, t.sin);
 }
 
 }  // namespace tandem::models
