@@ -3,8 +3,9 @@
 // sequence length per line; the response is the second half of each), so the figure can be set
 // beside other implementations. Prints one JSON object: real-token throughput, the step split,
 // model FLOPs by the usual formula, achieved GFLOP/s, the torch.mm peak at 2048^2 on the same
-// threads (measured beside every timed step) and MFU = achieved / peak. Old log-probs are recomputed once before timing (so the
-// first update's ratio is 1, as in training); the timed steps are what an update costs.
+// threads (measured beside every timed step) and MFU = achieved / peak. Old log-probs are
+// recomputed once before timing (so the first update's ratio is 1, as in training); the timed
+// steps are what an update costs. --profile runs one more step under the LibTorch profiler.
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
 

@@ -2,8 +2,9 @@
 // grouped per kv head into (B, H_kv, G * L, D) so the matmuls never expand K/V. Packed segments
 // are bucketed by span (longest first) and each bucket is gathered into a padded batch with
 // index_select (one autograd node for all buckets, whose backward scatters the gradients back
-// into one tensor): a handful of batched ops per layer instead of a dozen per sequence. Padded keys are masked to -inf, so they get probability
-// exactly 0 and contribute exactly 0 to outputs and gradients.
+// into one tensor): a handful of batched ops per layer instead of a dozen per sequence. Padded
+// keys are masked to -inf, so they get probability exactly 0 and contribute exactly 0 to outputs
+// and gradients.
 #include "models/llama/attention_core.h"
 
 #include <algorithm>
@@ -39,7 +40,7 @@ torch::Tensor batched_attention(const torch::Tensor& q, const torch::Tensor& k, 
   // The scale goes on the queries (L_q x D), not on the (L_q, L_k) scores: a pass over the
   // small tensor instead of the large one, in either direction.
   const torch::Tensor qg =  // (B*H_kv, G*L_q, D)
-      q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b * kv_heads, group * lq, dim}).mul(scale);
+      q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b * kv_heads, group * lq, dim}) * scale;
   const torch::Tensor kt = k.permute({0, 2, 3, 1}).reshape({b * kv_heads, dim, lk});  // (B*H_kv, D, L_k)
   const torch::Tensor scores = torch::bmm(qg, kt).view({b, kv_heads, group, lq, lk});  // (B, H_kv, G, L_q, L_k)
   const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (B, H_kv, G, L_q, L_k)

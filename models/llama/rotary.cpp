@@ -41,7 +41,7 @@ RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, dou
   const torch::Tensor exponents = torch::arange(0, head_dim, 2, opts) / static_cast<double>(head_dim);  // (D/2)
   const torch::Tensor inv_freq = 1.0 / torch::pow(theta, exponents);                                      // (D/2)
   const torch::Tensor freqs = positions.to(opts.dtype()).unsqueeze(1) * inv_freq.unsqueeze(0);             // (N, D/2)
-  const torch::Tensor angles = freqs.unsqueeze(1);                                                         // (N, 1, D/2)
+  const torch::Tensor angles = freqs.unsqueeze(1);  // (N, 1, D/2)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }
 
