@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tandem bench train` figures (issue [7]): one GRPO training step at two sizes and both layouts
-# (and auto), one JSON line each, on THREADS intra-op threads (default 2) of one process; ~10 min.
+# (and auto), one JSON line each, on THREADS intra-op threads (default 2) of one process; ~5 min.
 #   tiny:  hidden 128, 2 layers, vocab 16, 256 sequences of 8..24 tokens (uniform, seed 0)
 #   equal: the tiny model on 256 sequences of 16 tokens (no padding: where auto picks padded)
 #   mid:   hidden 512, 4 layers, 8 heads, vocab 32000, 64 sequences of 32..512 tokens
