@@ -152,6 +152,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
 
   UpdateOptions uo;  // the quickstart's objective: token-mean, clip 0.2 / 0.28, no KL
   uo.policy.clip_low = 0.2, uo.policy.clip_high = 0.28;
+  uo.fuse_head = a.fused_head;
   std::vector<torch::Tensor> old_logp;
   {
     torch::NoGradGuard no_grad;
@@ -217,6 +218,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
                   {"matmul_params", n_params}};
   out["threads"] = torch::get_num_threads();
   out["save_logits_mib"] = a.save_logits_mib;
+  out["fused_head"] = a.fused_head;
   parallel::TokenLogProbOptions chunking;
   chunking.chunk_tokens = lo.chunk_tokens;
   out["logits_chunk_tokens"] = parallel::logits_chunk_tokens(chunking, mc.vocab_size, 4);  // float32 logits

@@ -67,6 +67,7 @@ struct BenchTrainArgs {
   int64_t save_logits_mib = 0;  // > 0: keep a micro's logits for the backward up to this size
   std::string profile_path;     // non-empty: a Chrome trace of the last timed step
   int64_t logits_chunk_tokens = 0;  // tokens per logits chunk; 0: the 64 MiB default
+  bool fused_head = true;           // the loss fused into the lm head (no backward recompute)
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   bench_train->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
                           "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
       ->check(CLI::NonNegativeNumber);
+  bench_train->add_flag("--fused-head,!--no-fused-head", train_bench.fused_head,
+                        "fuse the loss into the lm head (default) or recompute the logits in the backward");
   bench_train->add_option("--profile", train_bench.profile_path,
                           "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");
 

@@ -29,20 +29,32 @@ Input on_device(Input in, const torch::Device& d) {
 }
 }  // namespace
 
-PolicyModel::Output LlamaPolicy::forward_packed(const PackedBatch& batch, bool with_entropy) {
+template <class Batch>
+PolicyModel::Output LlamaPolicy::run(const Batch& batch, bool with_entropy, const parallel::TokenLossFn* loss) {
   models::LogProbOptions o = options_;
   o.with_entropy = with_entropy;
+  if (loss != nullptr) o.token_loss = *loss;
   const torch::Device d = model_->parameters().front().device();
   const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
-  return {r.logp, r.entropy};
+  return {r.logp, r.entropy, r.loss};
+}
+
+PolicyModel::Output LlamaPolicy::forward_packed(const PackedBatch& batch, bool with_entropy) {
+  return run(batch, with_entropy, nullptr);
 }
 
 PolicyModel::Output LlamaPolicy::forward_padded(const PaddedBatch& batch, bool with_entropy) {
-  models::LogProbOptions o = options_;
-  o.with_entropy = with_entropy;
-  const torch::Device d = model_->parameters().front().device();
-  const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
-  return {r.logp, r.entropy};
+  return run(batch, with_entropy, nullptr);
+}
+
+PolicyModel::Output LlamaPolicy::forward_packed_fused(const PackedBatch& batch, bool with_entropy,
+                                                      const parallel::TokenLossFn& loss) {
+  return run(batch, with_entropy, &loss);
+}
+
+PolicyModel::Output LlamaPolicy::forward_padded_fused(const PaddedBatch& batch, bool with_entropy,
+                                                      const parallel::TokenLossFn& loss) {
+  return run(batch, with_entropy, &loss);
 }
 
 std::vector<torch::Tensor> LlamaPolicy::parameters() { return model_->parameters(); }

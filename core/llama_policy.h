@@ -19,6 +19,11 @@ class LlamaPolicy final : public TextPolicy {
 
   Output forward_packed(const PackedBatch& batch, bool with_entropy) override;   // (N)
   Output forward_padded(const PaddedBatch& batch, bool with_entropy) override;   // (B, T)
+  bool fuses_token_loss() const override { return options_.chunked; }
+  Output forward_packed_fused(const PackedBatch& batch, bool with_entropy,
+                              const parallel::TokenLossFn& loss) override;  // logp (N) detached, loss ()
+  Output forward_padded_fused(const PaddedBatch& batch, bool with_entropy,
+                              const parallel::TokenLossFn& loss) override;  // logp (B, T) detached, loss ()
   std::vector<torch::Tensor> parameters() override;
   std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
                                            const models::SamplingParams& params) override;
@@ -30,6 +35,8 @@ class LlamaPolicy final : public TextPolicy {
   models::LlamaForCausalLM& model() { return model_; }
 
  private:
+  template <class Batch>
+  Output run(const Batch& batch, bool with_entropy, const parallel::TokenLossFn* loss);
   models::LlamaForCausalLM model_;
   models::LogProbOptions options_;
 };

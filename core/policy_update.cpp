@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <stdexcept>
 
 #include "parallel/gradient_reduction.h"
 
@@ -28,67 +30,145 @@ MicroOutcome& MicroOutcome::operator+=(const MicroOutcome& o) {
   return *this;
 }
 
+namespace {
+
+// The loss's per-token inputs on the micro's flat token axis, on the model's device.
+struct TokenInputs {
+  torch::Tensor mask, adv, seq_index;  // (T)
+  torch::Tensor old;                   // (T), or undefined: the forward's own log-probs (reuse)
+  torch::Tensor rollout;               // (T) the sampler's log-probs
+  torch::Tensor ref;                   // (T), or undefined: no KL
+  TokenInputs select(const torch::Tensor& index) const {  // the rows at index (C)
+    const auto pick = [&](const torch::Tensor& t) { return t.defined() ? t.index_select(0, index) : t; };
+    return {pick(mask), pick(adv), pick(seq_index), pick(old), pick(rollout), pick(ref)};
+  }
+};
+
+struct TokenTerms {
+  PolicyLoss pl;
+  torch::Tensor old;        // (T) the old log-probs used
+  torch::Tensor per_token;  // (T) the objective's per-token term
+  torch::Tensor kl;         // (T), or undefined
+  torch::Tensor tis_raw;    // (T) exp(old - rollout), or undefined
+  torch::Tensor tis_w;      // (T) its capped weight, or undefined
+};
+
+// policy loss (x the TIS weight) + kl_coef KL - entropy_coef H, token by token. The fused head
+// calls this on each chunk's rows and the micro on all of them, so both see the same terms.
+TokenTerms token_terms(const torch::Tensor& logp, const torch::Tensor& entropy, const TokenInputs& in,
+                       const UpdateOptions& o) {
+  TokenTerms t;
+  t.old = in.old.defined() ? in.old : logp.detach();
+  t.pl = policy_loss(logp, t.old, in.adv, in.mask, in.seq_index, o.policy);
+  t.per_token = t.pl.loss;
+  if (o.tis_cap) {
+    // Detached: the weight corrects the sampling distribution, it is not trained through.
+    const torch::Tensor m = in.mask != 0;
+    t.tis_raw = torch::exp(t.old.detach() - in.rollout.to(t.old.scalar_type()));
+    t.tis_w = torch::where(m, t.tis_raw.clamp_max(*o.tis_cap), torch::ones_like(t.tis_raw));
+    t.per_token = t.per_token * t.tis_w.to(t.per_token.scalar_type());
+  }
+  if (in.ref.defined() && o.kl_coef != 0) {
+    t.kl = kl_penalty(logp, in.ref, o.kl_estimator);
+    t.per_token = t.per_token + o.kl_coef * t.kl;
+  }
+  if (o.entropy_coef != 0 && entropy.defined()) t.per_token = t.per_token - o.entropy_coef * entropy;
+  return t;
+}
+
+// d aggregate / d per_token: every mode is linear in the per-token terms with weights fixed by
+// the mask and the schedule's denominators, so autograd through aggregate_loss gives them.
+torch::Tensor token_weights(const torch::Tensor& mask, const torch::Tensor& seq_index, const UpdateOptions& o,
+                            const LossDenominators& denominators, torch::ScalarType dtype) {
+  torch::AutoGradMode grad_on(true);
+  const torch::Tensor ones = torch::ones(mask.sizes(), mask.options().dtype(dtype)).requires_grad_(true);  // (T)
+  const torch::Tensor loss = aggregate_loss(ones, mask, seq_index, o.loss_agg_mode, denominators).loss;
+  return torch::autograd::grad({loss}, {ones})[0];  // (T)
+}
+
+}  // namespace
+
+PolicyModel::Output PolicyModel::forward_packed_fused(const PackedBatch&, bool, const parallel::TokenLossFn&) {
+  throw std::logic_error("forward_packed_fused called on a model that does not fuse its loss");
+}
+
+PolicyModel::Output PolicyModel::forward_padded_fused(const PaddedBatch&, bool, const parallel::TokenLossFn&) {
+  throw std::logic_error("forward_padded_fused called on a model that does not fuse its loss");
+}
+
 MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>& samples,
                          const LossDenominators& denominators, const UpdateOptions& o, const torch::Tensor& old_logp,
                          const torch::Tensor& ref_logp) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool want_entropy = o.entropy_coef != 0 || o.report_entropy;
-  torch::Tensor logp, entropy, mask, adv, old, rollout, seq_index;  // all (T) flat
+  const bool fused = o.fuse_head && o.policy.ratio == RatioKind::kToken && torch::GradMode::is_enabled() &&
+                     model.fuses_token_loss();
+  const torch::Device device = model.parameters().front().device();
+  // Host-collated fields go to the model's device (a no-op on CPU), flat on the token axis.
+  const auto flat = [&](const torch::Tensor& t) { return t.reshape({-1}).to(device); };
+  std::optional<PackedBatch> packed;
+  std::optional<PaddedBatch> padded;
+  TokenInputs in;
   if (o.packed) {
-    const PackedBatch b = collate_packed(samples, denominators, o.dtype);
-    const PolicyModel::Output out = model.forward_packed(b, want_entropy);
-    logp = out.logp, entropy = out.entropy;
-    mask = b.loss_mask, adv = b.advantages, seq_index = b.seq_index;
-    old = old_logp.defined() ? old_logp : b.rollout_logp;
-    rollout = b.rollout_logp;
+    packed = collate_packed(samples, denominators, o.dtype);
+    in.mask = flat(packed->loss_mask), in.adv = flat(packed->advantages), in.seq_index = flat(packed->seq_index);
+    in.rollout = flat(packed->rollout_logp);
   } else {
-    const PaddedBatch b = collate_padded(samples, denominators, o.dtype);
-    const PolicyModel::Output out = model.forward_padded(b, want_entropy);
-    const int64_t rows = b.input_ids.size(0), width = b.input_ids.size(1);
-    logp = out.logp.reshape({-1});
-    if (out.entropy.defined()) entropy = out.entropy.reshape({-1});
-    mask = b.loss_mask.reshape({-1});
-    adv = b.advantages.reshape({-1});
-    old = (old_logp.defined() ? old_logp : b.rollout_logp).reshape({-1});
-    rollout = b.rollout_logp.reshape({-1});
-    seq_index = torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}).reshape({-1});
+    padded = collate_padded(samples, denominators, o.dtype);
+    const int64_t rows = padded->input_ids.size(0), width = padded->input_ids.size(1);
+    in.mask = flat(padded->loss_mask), in.adv = flat(padded->advantages), in.rollout = flat(padded->rollout_logp);
+    in.seq_index = flat(torch::arange(rows, torch::kInt64).unsqueeze(1).expand({rows, width}));
   }
-  // Host-collated fields follow the model's outputs to their device (a no-op on CPU).
-  mask = mask.to(logp.device()), adv = adv.to(logp.device()), old = old.to(logp.device());
-  seq_index = seq_index.to(logp.device());
-  if (o.reuse_old_logp) old = logp.detach();
-  const PolicyLoss pl = policy_loss(logp, old, adv, mask, seq_index, o.policy);
-  torch::Tensor per_token = pl.loss;  // (T)
+  if (!o.reuse_old_logp) in.old = old_logp.defined() ? flat(old_logp) : in.rollout;
+  if (ref_logp.defined() && o.kl_coef != 0) in.ref = flat(ref_logp);
+
+  PolicyModel::Output out_model;
+  if (fused) {
+    torch::Tensor weights;  // (T) d aggregate / d per_token, made at the first chunk (its dtype)
+    const parallel::TokenLossFn token_loss = [&](const torch::Tensor& index, const torch::Tensor& logp_c,
+                                                 const torch::Tensor& entropy_c) {
+      torch::AutoGradMode grad_on(true);  // the head's forward runs without grad
+      const torch::Tensor idx = index.to(device);                          // (C)
+      const torch::Tensor lp = logp_c.detach().requires_grad_(true);       // (C)
+      const torch::Tensor en = o.entropy_coef != 0 && entropy_c.defined() ? entropy_c.detach().requires_grad_(true)
+                                                                          : torch::Tensor();  // (C)
+      const TokenTerms t = token_terms(lp, en, in.select(idx), o);
+      if (!weights.defined())
+        weights = token_weights(in.mask, in.seq_index, o, denominators, t.per_token.scalar_type());
+      const torch::Tensor loss = (t.per_token * weights.index_select(0, idx)).sum();  // ()
+      std::vector<torch::Tensor> wrt = {lp};
+      if (en.defined()) wrt.push_back(en);
+      const auto g = torch::autograd::grad({loss}, wrt, {}, false, false, /*allow_unused=*/true);
+      return parallel::TokenLossChunk{loss.detach(), g[0], en.defined() ? g[1] : torch::Tensor()};
+    };
+    out_model = o.packed ? model.forward_packed_fused(*packed, want_entropy, token_loss)
+                         : model.forward_padded_fused(*padded, want_entropy, token_loss);
+  } else {
+    out_model = o.packed ? model.forward_packed(*packed, want_entropy) : model.forward_padded(*padded, want_entropy);
+  }
+  const torch::Tensor logp = out_model.logp.reshape({-1});                                            // (T)
+  const torch::Tensor entropy = out_model.entropy.defined() ? out_model.entropy.reshape({-1}) : torch::Tensor();  // (T)
+
+  // The fused head already holds the gradient; the terms here give the loss value and stats.
+  const TokenTerms t = token_terms(logp, entropy, in, o);
   MicroOutcome out;
-  const torch::Tensor m = mask != 0;
+  const torch::Tensor m = in.mask != 0;
   if (o.tis_cap) {
-    // Detached: the weight corrects the sampling distribution, it is not trained through.
-    const torch::Tensor raw = torch::exp(old.detach() - rollout.to(logp.device()).to(old.scalar_type()));  // (T)
-    const torch::Tensor w = torch::where(m, raw.clamp_max(*o.tis_cap), torch::ones_like(raw));  // (T)
-    per_token = per_token * w.to(per_token.scalar_type());
-    out.tis_weight_sum = w.masked_select(m).sum().item<double>();
-    out.tis_capped = (m & (raw > *o.tis_cap)).sum().item<double>();
+    out.tis_weight_sum = t.tis_w.masked_select(m).sum().item<double>();
+    out.tis_capped = (m & (t.tis_raw > *o.tis_cap)).sum().item<double>();
   }
-  if (ref_logp.defined() && o.kl_coef != 0) {
-    const torch::Tensor kl = kl_penalty(logp, ref_logp.reshape({-1}).to(logp.device()), o.kl_estimator);
-    per_token = per_token + o.kl_coef * kl;
-    out.kl_sum = torch::where(m, kl.detach(), torch::zeros_like(kl)).sum().item<double>();
-  }
-  if (o.entropy_coef != 0 && entropy.defined()) {
-    per_token = per_token - o.entropy_coef * entropy;
+  if (t.kl.defined()) out.kl_sum = torch::where(m, t.kl.detach(), torch::zeros_like(t.kl)).sum().item<double>();
+  if (entropy.defined() && (o.entropy_coef != 0 || o.report_entropy))
     out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
-  }
-  const AggregatedLoss agg = aggregate_loss(per_token, mask, seq_index, o.loss_agg_mode, denominators);
+  const AggregatedLoss agg = aggregate_loss(t.per_token, in.mask, in.seq_index, o.loss_agg_mode, denominators);
+  const torch::Tensor& objective = fused ? out_model.loss : agg.loss;  // ()
   const auto t1 = std::chrono::steady_clock::now();
-  if (agg.loss.requires_grad()) (o.loss_weight == 1 ? agg.loss : agg.loss * o.loss_weight).backward();
+  if (objective.requires_grad()) (o.loss_weight == 1 ? objective : objective * o.loss_weight).backward();
   const auto t2 = std::chrono::steady_clock::now();
   out.loss = agg.loss.item<double>();
   out.zero_denominator = agg.zero_denominator;
-  out.stats = policy_stats(pl, logp, old, mask);
-  if (o.report_entropy && o.entropy_coef == 0 && entropy.defined())
-    out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
-  if (m.any().item<bool>())
-    out.ratio_max_dev = (pl.ratio.detach() - 1).abs().masked_select(m).max().item<double>();
+  out.stats = policy_stats(t.pl, logp, t.old, in.mask);
+  if (m.any().item<bool>()) out.ratio_max_dev = (t.pl.ratio.detach() - 1).abs().masked_select(m).max().item<double>();
   out.samples = static_cast<double>(samples.size());
   out.forward_s = std::chrono::duration<double>(t1 - t0).count();
   out.backward_s = std::chrono::duration<double>(t2 - t1).count();

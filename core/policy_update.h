@@ -11,6 +11,7 @@
 #include "core/collate.h"
 #include "core/loss.h"
 #include "parallel/communicator.h"
+#include "parallel/vocab_parallel_logprob.h"
 
 namespace tandem {
 
@@ -22,9 +23,17 @@ class PolicyModel {
   struct Output {
     torch::Tensor logp;     // (N) or (B, T)
     torch::Tensor entropy;  // same shape, or undefined when not asked
+    torch::Tensor loss;     // () the fused forwards only: the token loss, differentiable (logp is then detached)
   };
   virtual Output forward_packed(const PackedBatch& batch, bool with_entropy) = 0;
   virtual Output forward_padded(const PaddedBatch& batch, bool with_entropy) = 0;
+  // A model whose lm head can take a token-separable loss inside it (parallel::TokenLossFn; the
+  // index is the position on the batch's flat token axis: (N) packed, B*T padded) says so here;
+  // the fused forwards are called only then. The gradient is the same; the head skips its
+  // backward recompute.
+  virtual bool fuses_token_loss() const { return false; }
+  virtual Output forward_packed_fused(const PackedBatch& batch, bool with_entropy, const parallel::TokenLossFn& loss);
+  virtual Output forward_padded_fused(const PaddedBatch& batch, bool with_entropy, const parallel::TokenLossFn& loss);
   virtual std::vector<torch::Tensor> parameters() = 0;
 };
 
@@ -42,6 +51,9 @@ struct UpdateOptions {
   // Truncated importance sampling: the policy loss of each token times the detached weight
   // min(exp(old_logp - rollout_logp), tis_cap) (the sampler's log-probs are the behaviour policy).
   std::optional<double> tis_cap;
+  // Fuse the loss into the lm head when the model can and the loss is token-separable (the
+  // token ratio; GSPO's sequence ratio needs every token's log-prob first). Same gradient.
+  bool fuse_head = true;
 };
 
 // Sums over micros and ranks (add them, then divide where a mean is wanted).

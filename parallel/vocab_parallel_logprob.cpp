@@ -3,6 +3,8 @@
 // unless the caller allows the whole call's logits to be kept (save_logits_max_bytes).
 //   logp_i = z_it - lse_i                     d logp_i / dz_ij = [j == t_i] - p_ij
 //   H_i    = lse_i - mu_i, mu_i = sum_j p_ij z_ij   d H_i / dz_ij = -p_ij (z_ij - mu_i)
+// A second Function fuses a token-separable loss into the head (FusedHeadLoss): the chunk's
+// gradient is formed in the forward, from the chunk's logits, so nothing is recomputed.
 #include "parallel/vocab_parallel_logprob.h"
 
 #include <algorithm>
@@ -147,6 +149,101 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
   }
 };
 
+// The head with the loss in it: per chunk, the logits' statistics give the tokens' log-probs,
+// token_loss gives the loss gradient in them, and dz = d loss / d logits is formed in the same
+// buffers and multiplied out into d hidden and d weight at once:
+//   dz_ij = g_i ([j == t_i] - p_ij) - gH_i p_ij (z_ij - mu_i),  p_ij = e_ij / S_i, e_ij = exp(z_ij - m_i)
+// The backward only scales the saved gradients by the incoming one (the loss is a scalar).
+struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, const torch::Tensor& index, int64_t vocab_begin,
+                               int64_t comm, int64_t chunk, bool with_entropy, int64_t loss_fn) {
+    Communicator* tp = reinterpret_cast<Communicator*>(comm);
+    const TokenLossFn& token_loss = *reinterpret_cast<const TokenLossFn*>(loss_fn);
+    const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
+    const int64_t n = hidden.size(0), vocab_local = weight.size(0);
+    const auto opts = hidden.options().dtype(dtype);
+    const bool direct = weight.scalar_type() == dtype;
+    torch::Tensor logp = torch::empty({n}, opts);                                   // (N)
+    torch::Tensor entropy = with_entropy ? torch::empty({n}, opts) : torch::zeros({n}, opts);  // (N)
+    torch::Tensor d_hidden = torch::empty_like(hidden);                             // (N, D)
+    torch::Tensor d_weight = torch::zeros(weight.sizes(), opts);                    // (V_local, D)
+    const torch::Tensor w = direct ? weight : weight.to(dtype);                     // (V_local, D)
+    torch::Tensor loss = torch::zeros({}, opts);                                    // ()
+    const int64_t rows = std::min(n, chunk);
+    torch::Tensor z_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
+    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t e = std::min(n, s + chunk), c = e - s;
+      const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
+      torch::Tensor z = z_buf.narrow(0, 0, c);        // (C, V_local)
+      if (direct) {
+        torch::matmul_out(z, h, weight.t());
+      } else {
+        z.copy_(torch::matmul(h, weight.t()));
+      }
+      torch::Tensor m = z.amax(1);  // (C)
+      if (tp) tp->all_reduce(m, ReduceOp::kMax);
+      z.sub_(m.unsqueeze(1));
+      const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
+      const torch::Tensor in_shard_f = in_shard.to(dtype);                                     // (C)
+      torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard_f;  // (C)
+      torch::Tensor ez = e_buf.narrow(0, 0, c);                                                // (C, V_local)
+      torch::exp_out(ez, z);
+      std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
+      if (with_entropy) parts.push_back(z.mul_(ez).sum(1));  // z now holds e * z
+      torch::Tensor stats = torch::stack(parts);  // (2 or 3, C): sum exp, target, [sum exp * z]
+      if (tp) tp->all_reduce(stats, ReduceOp::kSum);
+      const torch::Tensor log_sum = stats[0].log();  // (C)
+      const torch::Tensor inv_sum = stats[0].reciprocal();  // (C)
+      torch::Tensor logp_c = logp.slice(0, s, e), mu;
+      logp_c.copy_(stats[1] - log_sum);
+      if (with_entropy) {
+        mu = stats[2] * inv_sum;  // (C) mean shifted logit under p
+        entropy.slice(0, s, e).copy_(log_sum - mu);
+      }
+      const torch::Tensor idx = index.slice(0, s, e);  // (C)
+      const TokenLossChunk r = token_loss(idx, logp_c, with_entropy ? entropy.slice(0, s, e) : torch::Tensor());
+      TORCH_CHECK(r.loss.defined() && r.loss.numel() == 1, "fused head: token_loss must return the chunk's loss");
+      loss.add_(r.loss.detach().to(dtype).reshape({}));
+      const torch::Tensor g = r.g_logp.defined() ? r.g_logp.detach().to(dtype) : torch::zeros({c}, opts);  // (C)
+      if (r.g_entropy.defined()) {
+        TORCH_CHECK(with_entropy, "fused head: an entropy gradient without with_entropy");
+        const torch::Tensor gh = r.g_entropy.detach().to(dtype);  // (C)
+        // -p (g + gH (z - mu)) = -(e (g - gH mu) + (e z) gH) / S
+        ez.mul_(((gh * mu - g) * inv_sum).unsqueeze(1)).sub_(z.mul_((gh * inv_sum).unsqueeze(1)));
+      } else {
+        ez.mul_((-g * inv_sum).unsqueeze(1));  // -g p
+      }
+      ez.scatter_add_(1, local.unsqueeze(1), (g * in_shard_f).unsqueeze(1));
+      if (direct) {
+        torch::Tensor dh = d_hidden.slice(0, s, e);  // (C, D)
+        torch::matmul_out(dh, ez, w);
+      } else {
+        d_hidden.slice(0, s, e).copy_(torch::matmul(ez.to(weight.scalar_type()), weight));
+      }
+      d_weight.addmm_(ez.t(), direct ? h : h.to(dtype));
+    }
+    ctx->saved_data["d_hidden"] = d_hidden;
+    ctx->saved_data["d_weight"] = d_weight;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->mark_non_differentiable({logp, entropy});
+    return {loss, logp, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(9);
+    const torch::Tensor& g = grads[0];  // ()
+    if (!g.defined()) return out;
+    const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const torch::Tensor d_hidden = ctx->saved_data["d_hidden"].toTensor();  // (N, D)
+    const torch::Tensor d_weight = ctx->saved_data["d_weight"].toTensor();  // (V_local, D)
+    out[0] = d_hidden * g.to(d_hidden.scalar_type());
+    out[1] = (d_weight * g.to(d_weight.scalar_type())).to(weight_dtype);
+    return out;
+  }
+};
+
 void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets) {
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "vocab-parallel log-probs: hidden ", hidden.sizes(), " and lm head ", weight.sizes(), " do not match");
@@ -175,6 +272,20 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
   const int64_t bytes = c10::elementSize(logits_dtype(weight.scalar_type()));
   const int64_t chunk = logits_chunk_tokens(options, weight.size(0), bytes);
   const torch::Tensor h = copy_to_tp(hidden, tp);
+  if (options.token_loss) {
+    const torch::Tensor index = options.token_index.defined()
+                                    ? options.token_index.to(torch::kInt64)
+                                    : torch::arange(hidden.size(0), targets.options());  // (N)
+    TORCH_CHECK(index.dim() == 1 && index.size(0) == hidden.size(0), "vocab-parallel log-probs: token_index ",
+                index.sizes(), " for ", hidden.size(0), " tokens");
+    variable_list out = FusedHeadLoss::apply(h, weight, targets, index, vocab_begin, reinterpret_cast<int64_t>(tp),
+                                             chunk, options.with_entropy,
+                                             reinterpret_cast<int64_t>(&options.token_loss));
+    TokenLogProbs r;
+    r.loss = out[0], r.logp = out[1];
+    if (options.with_entropy) r.entropy = out[2];
+    return r;
+  }
   const bool keep = options.save_logits_max_bytes > 0 &&
                     hidden.size(0) * weight.size(0) * bytes <= options.save_logits_max_bytes &&
                     torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());

@@ -169,3 +169,66 @@ TEST_CASE("tis_cap: each token's policy loss times min(exp(old - rollout), cap),
   grads_of();
   CHECK(std::abs(plain.loss - got.loss) > 1e-6);
 }
+
+TEST_CASE("the loss fused into the lm head: train_micro's loss, stats and gradients equal the recomputing head "
+          "(float64 1e-12)",
+          "[llama][policy][fused]") {
+  std::vector<ArSample> samples{sample({1, 5, 9, 12, 40, 3, 7}, 2, 0.7, 0), sample({8, 8, 2, 4}, 1, -1.2, 1),
+                                sample({60, 61, 62, 63, 64, 65, 66, 67, 1}, 4, 0.3, 2)};
+  samples[2].response_mask[1] = 0;
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const LossDenominators den{13, 3, 9};
+  LlamaPolicy policy(models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64), {false, true, 4});
+  REQUIRE(policy.fuses_token_loss());
+  struct Run {
+    MicroOutcome out;
+    std::vector<torch::Tensor> grads;
+  };
+  const auto run = [&](UpdateOptions o, bool fuse) {
+    for (auto& p : policy.parameters()) p.mutable_grad() = torch::Tensor();
+    o.dtype = torch::kFloat64;
+    o.fuse_head = fuse;
+    // Per-token old and reference log-probs on the batch's axis, off the sampler's by a ramp.
+    const torch::Tensor rollout = o.packed ? collate_packed(ptrs, den, o.dtype).rollout_logp
+                                           : collate_padded(ptrs, den, o.dtype).rollout_logp;
+    const torch::Tensor ramp = torch::linspace(-0.6, 0.6, rollout.numel(), torch::kFloat64).view(rollout.sizes());
+    Run r;
+    r.out = train_micro(policy, ptrs, den, o, rollout + ramp, rollout - 0.5 * ramp);
+    for (auto& p : policy.parameters()) r.grads.push_back(p.grad().clone());
+    return r;
+  };
+  const auto worst = [](const Run& a, const Run& b) {
+    double w = 0;
+    for (size_t i = 0; i < a.grads.size(); ++i) w = std::max(w, test::rel_to_max(a.grads[i], b.grads[i]));
+    return w;
+  };
+  std::vector<UpdateOptions> cases(4);
+  cases[0].kl_coef = 0.05, cases[0].kl_estimator = KlEstimator::kK3, cases[0].entropy_coef = 0.01, cases[0].tis_cap = 1.3;
+  cases[1].loss_agg_mode = LossAggMode::kSeqMeanTokenMean, cases[1].reuse_old_logp = true, cases[1].report_entropy = true;
+  cases[2].loss_agg_mode = LossAggMode::kSeqMeanTokenSumNorm, cases[2].policy.clip_c.reset(), cases[2].loss_weight = 0.4;
+  cases[2].kl_coef = 0.1, cases[2].kl_estimator = KlEstimator::kK2;
+  cases[3].policy.ratio = RatioKind::kSequence;  // GSPO: not token-separable, so never fused
+  for (size_t c = 0; c < cases.size(); ++c)
+    for (const bool packed : {true, false}) {
+      INFO("case " << c << (packed ? " packed" : " padded"));
+      cases[c].packed = packed;
+      const Run fused = run(cases[c], true), plain = run(cases[c], false);
+      CHECK(plain.out.loss != 0);
+      CHECK(std::abs(fused.out.loss - plain.out.loss) <= 1e-12 * std::abs(plain.out.loss));
+      CHECK(fused.out.stats.clipped == plain.out.stats.clipped);
+      CHECK(fused.out.stats.approx_kl_sum == Approx(plain.out.stats.approx_kl_sum).epsilon(1e-12));
+      CHECK(fused.out.kl_sum == Approx(plain.out.kl_sum).epsilon(1e-12));
+      CHECK(fused.out.entropy_sum == Approx(plain.out.entropy_sum).epsilon(1e-12));
+      CHECK(fused.out.tis_weight_sum == Approx(plain.out.tis_weight_sum).epsilon(1e-12));
+      CHECK(worst(fused, plain) < 1e-12);
+      if (c == 0) {
+        CHECK(plain.out.stats.clipped > 0);  // both branches of the clip are exercised
+        CHECK(plain.out.entropy_sum > 0);
+        // Control: a KL coefficient 1% off moves the gradient far past the tolerance.
+        UpdateOptions other = cases[c];
+        other.kl_coef *= 1.01;
+        CHECK(worst(run(other, true), plain) > 1e-9);
+      }
+    }
+}

@@ -1,6 +1,6 @@
 // Tensor / context parallel building blocks on one rank: the balanced shard split, tp layers that
 // reduce to plain layers with tp = 1, the chunked vocab log-prob against plain autograd (values
-// and gradients) and the CP shard layout.
+// and gradients), the loss fused into that head, and the CP shard layout.
 #include <catch2/catch.hpp>
 
 #include "llama_test_util.h"
@@ -134,6 +134,75 @@ TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (f
   CHECK(parallel::logits_chunk_tokens({false, 9}, 1000, 4) == 9);
 }
 
+TEST_CASE("the loss fused into the head equals autograd through the log-probs: loss and gradients (float64 1e-12)",
+          "[tp]") {
+  at::Generator gen = at::detail::createCPUGenerator(13);
+  const int64_t n = 23, d = 8, v = 37;
+  const torch::Tensor h0 = torch::randn({n, d}, gen, torch::kFloat64) * 2;
+  const torch::Tensor w0 = torch::randn({v, d}, gen, torch::kFloat64);
+  const torch::Tensor targets = torch::randint(v, {n}, gen, torch::kInt64);
+  // Row i sits at position perm[i] of the caller's axis, where the loss's coefficients live.
+  const torch::Tensor perm = torch::randperm(n, gen, torch::kInt64);
+  const torch::Tensor a = torch::randn({n}, gen, torch::kFloat64), b = torch::randn({n}, gen, torch::kFloat64);
+  const torch::Tensor c = torch::randn({n}, gen, torch::kFloat64);
+  // A nonlinear token loss: a exp(logp) + b logp^2 (+ c H), each term its token's own.
+  const auto token_loss = [](const torch::Tensor& logp, const torch::Tensor& entropy, const torch::Tensor& a_,
+                             const torch::Tensor& b_, const torch::Tensor& c_) {
+    torch::Tensor l = a_ * logp.exp() + b_ * logp.pow(2);
+    if (entropy.defined()) l = l + c_ * entropy;
+    return l.sum();
+  };
+  for (const bool with_entropy : {true, false})
+    for (const bool entropy_in_loss : {true, false}) {
+      if (entropy_in_loss && !with_entropy) continue;
+      // Reference: full logits, plain autograd, the loss on the caller's axis.
+      const torch::Tensor hr = h0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+      const auto full = parallel::full_logits_log_probs(hr, wr, targets, 0, nullptr, with_entropy);
+      const torch::Tensor at = torch::empty({n}, torch::kInt64).index_copy_(0, perm, torch::arange(n));  // row at each position
+      const torch::Tensor ref_loss =
+          token_loss(full.logp.index_select(0, at), entropy_in_loss ? full.entropy.index_select(0, at) : torch::Tensor(),
+                     a, b, c);
+      (ref_loss * 2.5).backward();  // the incoming gradient scales the fused head's saved one
+      for (int64_t chunk : {1, 5, 23, 100}) {
+        INFO("entropy " << with_entropy << " in loss " << entropy_in_loss << " chunk " << chunk);
+        const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+        parallel::TokenLogProbOptions o{with_entropy, chunk};
+        int64_t calls = 0;
+        o.token_index = perm;
+        o.token_loss = [&](const torch::Tensor& index, const torch::Tensor& logp, const torch::Tensor& entropy) {
+          ++calls;
+          torch::AutoGradMode grad_on(true);
+          const torch::Tensor lp = logp.detach().requires_grad_(true);
+          const torch::Tensor en = entropy_in_loss ? entropy.detach().requires_grad_(true) : torch::Tensor();
+          const torch::Tensor l = token_loss(lp, en, a.index_select(0, index), b.index_select(0, index),
+                                             c.index_select(0, index));
+          std::vector<torch::Tensor> wrt{lp};
+          if (en.defined()) wrt.push_back(en);
+          const auto g = torch::autograd::grad({l}, wrt);
+          return parallel::TokenLossChunk{l.detach(), g[0], en.defined() ? g[1] : torch::Tensor()};
+        };
+        const parallel::TokenLogProbs r = parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, o);
+        CHECK(calls == (n + chunk - 1) / chunk);
+        CHECK_FALSE(r.logp.requires_grad());
+        REQUIRE(r.loss.requires_grad());
+        CHECK(r.loss.item<double>() == Approx(ref_loss.item<double>()).epsilon(1e-12));
+        CHECK(test::rel_to_max(r.logp, full.logp.detach()) < 1e-12);
+        if (with_entropy) CHECK(test::rel_to_max(r.entropy, full.entropy.detach()) < 1e-12);
+        (r.loss * 2.5).backward();
+        CHECK(test::rel_to_max(h.grad(), hr.grad()) < 1e-12);
+        CHECK(test::rel_to_max(w.grad(), wr.grad()) < 1e-12);
+        // Control: the rows' positions matter; without them every coefficient lands on the wrong row.
+        if (chunk == 5 && entropy_in_loss) {
+          const torch::Tensor h2 = h0.clone().requires_grad_(true);
+          parallel::TokenLogProbOptions unmapped = o;
+          unmapped.token_index = torch::Tensor();
+          parallel::vocab_parallel_log_probs(h2, w0, targets, 0, nullptr, unmapped).loss.backward();
+          CHECK(test::rel_to_max(h2.grad() * 2.5, hr.grad()) > 1e-3);
+        }
+      }
+    }
+}
+
 TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 statistics", "[tp]") {
   at::Generator gen = at::detail::createCPUGenerator(12);
   const torch::Tensor h = torch::randn({9, 16}, gen, torch::kFloat32);
@@ -157,6 +226,19 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
   const auto [h_kept, w_kept] = grads(int64_t{1} << 30);
   CHECK(torch::equal(h_recompute, h_kept));
   CHECK(torch::equal(w_recompute, w_kept));
+  // The fused head on bf16 weights: the same float32 statistics, the gradients in bf16 as above.
+  const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true), wb = w.to(torch::kBFloat16).requires_grad_(true);
+  parallel::TokenLogProbOptions o{true, 4};
+  o.token_loss = [](const torch::Tensor&, const torch::Tensor& logp, const torch::Tensor&) {
+    return parallel::TokenLossChunk{logp.sum(), torch::ones_like(logp), torch::Tensor()};
+  };
+  const auto fused = parallel::vocab_parallel_log_probs(hb, wb, t, 0, nullptr, o);
+  CHECK(torch::equal(fused.logp, bf16.logp));
+  fused.loss.backward();
+  CHECK(hb.grad().scalar_type() == torch::kBFloat16);
+  CHECK(wb.grad().scalar_type() == torch::kBFloat16);
+  CHECK(test::rel_to_max(hb.grad().to(torch::kFloat32), h_recompute.to(torch::kFloat32)) < 1e-2);
+  CHECK(test::rel_to_max(wb.grad().to(torch::kFloat32), w_recompute.to(torch::kFloat32)) < 1e-2);
 }
 
 TEST_CASE("CP shard: chunks i and 2cp-1-i of every sequence, segments and gather order", "[cp]") {

@@ -84,11 +84,13 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
 }
 
 TokenLogProbs LlamaForCausalLMImpl::head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets,
-                                                   const LogProbOptions& o) {
+                                                   const LogProbOptions& o, const torch::Tensor& token_index) {
+  TORCH_CHECK(o.chunked || !o.token_loss, "log_probs: a fused token loss needs the chunked head");
   if (!o.chunked)
     return parallel::full_logits_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp, o.with_entropy);
-  return parallel::vocab_parallel_log_probs(hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp,
-                                            {o.with_entropy, o.chunk_tokens, o.save_logits_max_bytes});
+  return parallel::vocab_parallel_log_probs(
+      hidden, lm_head_weight(), targets, vocab_begin(), ctx_.tp,
+      {o.with_entropy, o.chunk_tokens, o.save_logits_max_bytes, o.token_loss, token_index});
 }
 
 torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
@@ -104,7 +106,9 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch
   const torch::Tensor hidden = hidden_packed(in, &layout, &shard);  // (n_local, hidden)
   torch::Tensor t = targets.reshape({-1}).to(hidden.device());      // (N)
   if (ctx_.cp_enabled()) t = t.index_select(0, shard.rank_index[ctx_.cp_rank].to(t.device()));
-  TokenLogProbs r = head_log_probs(hidden, t, o);  // (n_local)
+  // A fused loss sees this rank's tokens at their positions in the whole micro.
+  const torch::Tensor index = ctx_.cp_enabled() ? shard.rank_index[ctx_.cp_rank] : torch::Tensor();  // (n_local)
+  TokenLogProbs r = head_log_probs(hidden, t, o, index);  // (n_local)
   if (ctx_.cp_enabled()) {
     r.logp = parallel::cp_gather_outputs(r.logp, shard, ctx_.cp);  // (N)
     if (r.entropy.defined()) r.entropy = parallel::cp_gather_outputs(r.entropy, shard, ctx_.cp);
@@ -117,12 +121,13 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PaddedInput& in, const torch
   const int64_t b = in.input_ids.size(0), t = in.input_ids.size(1);
   const torch::Tensor hidden = hidden_padded(in);                                                       // (B*T, hidden)
   const torch::Tensor rows = in.attention_mask.reshape({-1}).to(hidden.device()).nonzero().squeeze(1);  // (N_real)
-  const TokenLogProbs real =
-      head_log_probs(hidden.index_select(0, rows), targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o);
+  const TokenLogProbs real = head_log_probs(
+      hidden.index_select(0, rows), targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o, rows);
   const auto scatter = [&](const torch::Tensor& v) {  // (N_real) -> (B, T), 0 on padding
     return torch::zeros({b * t}, v.options()).index_copy(0, rows, v).view({b, t});
   };
   TokenLogProbs r;
+  r.loss = real.loss;
   r.logp = scatter(real.logp);
   if (real.entropy.defined()) r.entropy = scatter(real.entropy);
   return r;

@@ -85,7 +85,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // also fills the layout (and the cp shard it points to).
   torch::Tensor hidden_packed(const PackedInput& input, AttentionLayout* layout, parallel::CpShard* shard);
   torch::Tensor hidden_padded(const PaddedInput& input);
-  TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets, const LogProbOptions& o);
+  // token_index (N) int64: the rows' positions for a fused loss (undefined: 0..N-1).
+  TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets, const LogProbOptions& o,
+                               const torch::Tensor& token_index);
   torch::Tensor head_logits(const torch::Tensor& hidden);
 
   LlamaConfig config_;

@@ -1,5 +1,5 @@
 // The Llama model under tensor and context parallelism on real ranks: log-probs, entropies,
-// logits and parameter gradients equal the one-rank model (float64, 1e-10 of each reference
+// logits, parameter gradients and (with the loss fused into the head) the loss equal the one-rank model (float64, 1e-10 of each reference
 // tensor's largest magnitude); tp ranks' gradients are compared with their slice of the one-rank
 // gradient, cp ranks' gradients after summing over cp. Layouts that do not divide the world
 // size are skipped; the rest run side by side as dp replicas.
@@ -24,18 +24,34 @@ bool fits(Layout l) { return test::world_size() % (l.tp * l.cp) == 0; }
 
 struct Outcome {
   torch::Tensor logp, entropy, logits;
+  double loss = 0;
   std::map<std::string, torch::Tensor> grads;  // by HF name: this rank's shard
 };
 
-Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool packed) {
+// The loss sum(logp * wl + entropy * we) on the batch's flat token axis, by autograd through the
+// log-probs or (fused) inside the lm head, which asks for each chunk's gradient by token index.
+// perturb is added to the first token's weight (the controls).
+Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool packed, bool fused = false,
+            double perturb = 0) {
   model->zero_grad();
   Outcome o;
-  const models::LogProbOptions opts{true, true, 5};
+  models::LogProbOptions opts{true, true, 5};
+  const int64_t n = (packed ? b.packed_targets : b.padded_targets).numel();
+  const torch::Tensor wl = test::random_weights(n, 1, torch::kFloat64).clone();  // (T)
+  wl[0] += perturb;
+  const torch::Tensor we = test::random_weights(n, 2, torch::kFloat64);  // (T)
+  if (fused) {
+    opts.token_loss = [&](const torch::Tensor& index, const torch::Tensor& logp, const torch::Tensor& entropy) {
+      const torch::Tensor gl = wl.index_select(0, index), ge = we.index_select(0, index);  // (C)
+      return parallel::TokenLossChunk{(logp * gl).sum() + (entropy * ge).sum(), gl, ge};
+    };
+  }
   const models::TokenLogProbs r = packed ? model->log_probs(b.packed, b.packed_targets, opts)
                                          : model->log_probs(b.padded, b.padded_targets, opts);
-  const torch::Tensor wl = test::random_weights(r.logp.numel(), 1, torch::kFloat64).view(r.logp.sizes());
-  const torch::Tensor we = test::random_weights(r.logp.numel(), 2, torch::kFloat64).view(r.logp.sizes());
-  ((r.logp * wl).sum() + (r.entropy * we).sum()).backward();
+  const torch::Tensor loss = fused ? r.loss
+                                   : (r.logp * wl.view(r.logp.sizes())).sum() + (r.entropy * we.view(r.logp.sizes())).sum();
+  loss.backward();
+  o.loss = loss.item<double>();
   o.logp = r.logp.detach();
   o.entropy = r.entropy.detach();
   for (const auto& p : model->named_parameters()) o.grads[p.key()] = p.value().grad().clone();
@@ -45,10 +61,14 @@ Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool pa
 }
 
 // Compares a parallel run with the one-rank run; sums cp-partial gradients over cp first.
-void check_equal(const Outcome& got, const Outcome& ref, const models::LlamaConfig& cfg, const Groups& g) {
+void check_equal(const Outcome& got, const Outcome& ref, const models::LlamaConfig& cfg, const Groups& g,
+                 bool fused_loss = false) {
   CHECK(test::rel_to_max(got.logp, ref.logp) < 1e-10);
   CHECK(test::rel_to_max(got.entropy, ref.entropy) < 1e-10);
   CHECK(test::rel_to_max(got.logits, ref.logits) < 1e-10);
+  torch::Tensor loss = torch::tensor(got.loss, torch::kFloat64);  // a fused head's loss: this cp rank's tokens
+  if (g.ctx.cp_enabled() && fused_loss) g.cp->all_reduce(loss);
+  CHECK(loss.item<double>() == Approx(ref.loss).epsilon(1e-10));
   for (const models::HfParamSpec& spec : models::hf_param_specs(cfg)) {
     INFO(spec.name);
     torch::Tensor grad = got.grads.at(spec.name).contiguous();
@@ -90,6 +110,8 @@ TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-
       models::LlamaForCausalLM model = make(g.ctx);
       check_equal(run(model, b, true), ref_packed, single->config(), g);
       if (l.cp == 1) check_equal(run(model, b, false), ref_padded, single->config(), g);
+      check_equal(run(model, b, true, true), ref_packed, single->config(), g, true);
+      if (l.cp == 1) check_equal(run(model, b, false, true), ref_padded, single->config(), g, true);
     }
   }
   // One rank always runs the communicator path with groups of one.
@@ -97,6 +119,21 @@ TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-
   models::LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), solo.ctx, torch::kFloat64);
   models::LlamaForCausalLM single = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64);
   check_equal(run(model, b, true), run(single, b, true), single->config(), solo);
+}
+
+TEST_CASE("the loss fused into the lm head: one rank, tp and cp equal autograd through the log-probs (float64 1e-10)",
+          "[mpi][llama]") {
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
+  models::LlamaForCausalLM single = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64);
+  const Outcome ref_packed = run(single, b, true), ref_padded = run(single, b, false);
+  const Groups solo({1, 1});
+  check_equal(run(single, b, true, true), ref_packed, single->config(), solo, true);
+  check_equal(run(single, b, false, true), ref_padded, single->config(), solo, true);
+  // Control: a change of 1e-3 in one token's loss weight moves the (tied) head's gradient well
+  // past the tolerance, so the comparison above would see a wrong chunk gradient.
+  const Outcome moved = run(single, b, true, true, 1e-3);
+  const std::string head = "model.embed_tokens.weight";
+  CHECK(test::rel_to_max(moved.grads.at(head), ref_packed.grads.at(head)) > 1e-6);
 }
 
 TEST_CASE("saving a tp-sharded model gathers the shards into the HF layout", "[mpi][llama]") {
