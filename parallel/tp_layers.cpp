@@ -54,24 +54,30 @@ struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
   }
 };
 
-// x (M, in) @ [W_1; ...; W_k]^T as one GEMM, returned as the k column blocks (views of one
-// (M, sum out) result). Its backward takes the blocks' gradients as they come: dX = sum_i g_i W_i
-// and dW_i = g_i^T X, where autograd's split backward would first cat them into one (M, sum out)
-// gradient (a copy of the whole output: 0.76 s of a 25 s step at the mid bench workload).
+// x (M, in) @ [W_1; ...; W_k]^T (+ [b_1; ...; b_k]) as one GEMM, returned as the k column blocks
+// (views of one (M, sum out) result). Its backward takes the blocks' gradients as they come:
+// dX = sum_i g_i W_i, dW_i = g_i^T X and db_i = sum_rows g_i, where autograd's split backward would
+// first cat them into one (M, sum out) gradient (a copy of the whole output: 0.76 s of a 25 s
+// step at the mid bench workload). biases: empty, or one per weight.
 struct FusedLinear : torch::autograd::Function<FusedLinear> {
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights) {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
+                               at::TensorList biases) {
     std::vector<int64_t> sizes;
     for (const auto& w : weights) sizes.push_back(w.size(0));
-    const torch::Tensor y = torch::matmul(x, torch::cat(weights, 0).t());  // (M, sum out)
+    const torch::Tensor wt = torch::cat(weights, 0).t();  // (in, sum out)
+    const torch::Tensor y = biases.empty() ? torch::matmul(x, wt) : torch::addmm(torch::cat(biases, 0), x, wt);  // (M, sum out)
     variable_list saved = {x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
+    ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
     return y.split_with_sizes(sizes, -1);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];  // (M, in)
-    variable_list out(saved.size());
+    const size_t k = saved.size() - 1;
+    const bool with_bias = ctx->saved_data["biases"].toInt() > 0;
+    variable_list out(1 + k + (with_bias ? k : 0));
     torch::Tensor dx;  // (M, in)
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
@@ -82,7 +88,8 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
       } else {
         dx.addmm_(g, w);
       }
-      out[i + 1] = torch::matmul(g.t(), x);  // (out_i, in)
+      out[i + 1] = torch::matmul(g.t(), x);        // (out_i, in)
+      if (with_bias) out[1 + k + i] = g.sum(0);  // (out_i)
     }
     out[0] = dx;
     return out;
@@ -125,29 +132,22 @@ std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
                                                  const std::vector<const ColumnParallelLinearImpl*>& layers) {
   TORCH_CHECK(!layers.empty(), "fused_column_parallel: no layers");
   std::vector<torch::Tensor> weights, biases;
-  std::vector<int64_t> sizes;
   for (const auto* l : layers) {
     TORCH_CHECK(l->tp() == layers[0]->tp() && l->bias.defined() == layers[0]->bias.defined(),
                 "fused_column_parallel: layers differ in tp group or bias");
     weights.push_back(l->weight);
     if (l->bias.defined()) biases.push_back(l->bias);
-    sizes.push_back(l->weight.size(0));
   }
   const torch::Tensor xt = copy_to_tp(x, layers[0]->tp());
-  if (biases.empty()) {
-    const torch::Tensor x2 = xt.reshape({-1, xt.size(-1)});  // (M, in)
-    // As a TensorList, so that autograd sees every weight as an input (a std::vector would not be).
-    std::vector<torch::Tensor> parts = FusedLinear::apply(x2, at::TensorList(weights));
-    for (auto& p : parts) {
-      std::vector<int64_t> shape(xt.sizes().begin(), xt.sizes().end() - 1);
-      shape.push_back(p.size(-1));
-      p = p.view(shape);  // (..., out_local)
-    }
-    return parts;
+  const torch::Tensor x2 = xt.reshape({-1, xt.size(-1)});  // (M, in)
+  // As TensorLists, so that autograd sees every weight and bias as an input (a std::vector would not be).
+  std::vector<torch::Tensor> parts = FusedLinear::apply(x2, at::TensorList(weights), at::TensorList(biases));
+  for (auto& p : parts) {
+    std::vector<int64_t> shape(xt.sizes().begin(), xt.sizes().end() - 1);
+    shape.push_back(p.size(-1));
+    p = p.view(shape);  // (..., out_local)
   }
-  const torch::Tensor w = torch::cat(weights, 0);     // (sum out_local, in)
-  const torch::Tensor b = torch::cat(biases, 0);      // (sum out_local)
-  return torch::linear(xt, w, b).split_with_sizes(sizes, -1);
+  return parts;
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, const ParallelContext& ctx,
