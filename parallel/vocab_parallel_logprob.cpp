@@ -20,9 +20,36 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// (C, V_local) logits of one chunk in the statistics dtype.
-torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, torch::ScalarType dtype) {
-  return torch::matmul(hidden, weight.t()).to(dtype);
+// z (C, V_local) <- h (C, D) W^T in z's (statistics) dtype; the GEMM writes z itself when the
+// weights have that dtype.
+void write_logits(torch::Tensor& z, const torch::Tensor& h, const torch::Tensor& weight) {
+  if (weight.scalar_type() == z.scalar_type()) {
+    torch::matmul_out(z, h, weight.t());
+  } else {
+    z.copy_(torch::matmul(h, weight.t()));
+  }
+}
+
+// Shifts z (C, V_local) by each row's max over the whole vocabulary (all-reduced over tp) and
+// returns that max (C).
+torch::Tensor shift_by_max(torch::Tensor& z, Communicator* tp) {
+  torch::Tensor m = z.amax(1);  // (C)
+  if (tp) tp->all_reduce(m, ReduceOp::kMax);
+  z.sub_(m.unsqueeze(1));
+  return m;
+}
+
+// One chunk's dz = d loss / d logits (C, V_local) into the gradients: d_hidden_rows (C, D) <- dz W
+// and d_weight (V_local, D) += dz^T h, in the statistics dtype (w: the weights in it).
+void multiply_out(const torch::Tensor& dz, const torch::Tensor& h, const torch::Tensor& weight, const torch::Tensor& w,
+                  torch::Tensor d_hidden_rows, torch::Tensor& d_weight) {
+  const bool direct = weight.scalar_type() == dz.scalar_type();
+  if (direct) {
+    torch::matmul_out(d_hidden_rows, dz, w);  // contiguous rows of d_hidden
+  } else {
+    d_hidden_rows.copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
+  }
+  d_weight.addmm_(dz.t(), direct ? h : h.to(dz.scalar_type()));
 }
 
 // Local column of each target, clamped into the shard, and whether it is in the shard.
@@ -43,7 +70,6 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
-    const bool direct = weight.scalar_type() == dtype;  // the GEMM can write the statistics dtype itself
     torch::Tensor logp = torch::empty({n}, opts), entropy;   // (N)
     torch::Tensor lse = torch::empty({n}, opts), mu;         // (N)
     if (with_entropy) entropy = torch::empty({n}, opts), mu = torch::empty({n}, opts);
@@ -56,14 +82,8 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       const int64_t e = std::min(n, s + chunk), c = e - s;
       const torch::Tensor h = hidden.slice(0, s, e);                                   // (C, D)
       torch::Tensor z = keep_logits ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);     // (C, V_local)
-      if (direct) {
-        torch::matmul_out(z, h, weight.t());
-      } else {
-        z.copy_(torch::matmul(h, weight.t()));
-      }
-      torch::Tensor m = z.amax(1);  // (C)
-      if (tp) tp->all_reduce(m, ReduceOp::kMax);
-      z.sub_(m.unsqueeze(1));  // shifted logits (kept shifted: lse and mu below are relative to them)
+      write_logits(z, h, weight);
+      const torch::Tensor m = shift_by_max(z, tp);  // (C) kept shifted: lse and mu below are relative to them
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(dtype);  // (C)
       torch::Tensor ez = e_buf.narrow(0, 0, c);                                                     // (C, V_local)
@@ -114,13 +134,7 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       // Kept logits are consumed in place: the backward runs once.
       torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
-      if (!kept.defined()) {
-        if (direct) {
-          torch::matmul_out(z, h, weight.t());
-        } else {
-          z.copy_(torch::matmul(h, weight.t()));
-        }
-      }
+      if (!kept.defined()) write_logits(z, h, weight);
       torch::Tensor dz = p_buf.narrow(0, 0, c);  // (C, V_local)
       torch::sub_out(dz, z, lse.slice(0, s, e).unsqueeze(1)).exp_();  // p
       if (g_entropy.defined()) {
@@ -135,13 +149,7 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
         const torch::Tensor add = g_logp.slice(0, s, e).to(dtype) * in_shard.to(dtype);  // (C)
         dz.scatter_add_(1, local.unsqueeze(1), add.unsqueeze(1));
       }
-      if (direct) {
-        torch::Tensor dh = d_hidden.slice(0, s, e);  // (C, D), contiguous rows
-        torch::matmul_out(dh, dz, w);
-      } else {
-        d_hidden.slice(0, s, e).copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
-      }
-      d_weight.addmm_(dz.t(), direct ? h : h.to(dtype));
+      multiply_out(dz, h, weight, w, d_hidden.slice(0, s, e), d_weight);
     }
     variable_list out = none;
     out[0] = d_hidden, out[1] = d_weight.to(weight.scalar_type());
@@ -177,14 +185,8 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
       const int64_t e = std::min(n, s + chunk), c = e - s;
       const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       torch::Tensor z = z_buf.narrow(0, 0, c);        // (C, V_local)
-      if (direct) {
-        torch::matmul_out(z, h, weight.t());
-      } else {
-        z.copy_(torch::matmul(h, weight.t()));
-      }
-      torch::Tensor m = z.amax(1);  // (C)
-      if (tp) tp->all_reduce(m, ReduceOp::kMax);
-      z.sub_(m.unsqueeze(1));
+      write_logits(z, h, weight);
+      shift_by_max(z, tp);
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       const torch::Tensor in_shard_f = in_shard.to(dtype);                                     // (C)
       torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard_f;  // (C)
@@ -216,13 +218,7 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
         ez.mul_((-g * inv_sum).unsqueeze(1));  // -g p
       }
       ez.scatter_add_(1, local.unsqueeze(1), (g * in_shard_f).unsqueeze(1));
-      if (direct) {
-        torch::Tensor dh = d_hidden.slice(0, s, e);  // (C, D)
-        torch::matmul_out(dh, ez, w);
-      } else {
-        d_hidden.slice(0, s, e).copy_(torch::matmul(ez.to(weight.scalar_type()), weight));
-      }
-      d_weight.addmm_(ez.t(), direct ? h : h.to(dtype));
+      multiply_out(ez, h, weight, w, d_hidden.slice(0, s, e), d_weight);
     }
     ctx->saved_data["d_hidden"] = d_hidden;
     ctx->saved_data["d_weight"] = d_weight;

@@ -2,7 +2,9 @@
 // final hidden states and a vocab-parallel lm head, without ever holding a (tokens, vocab)
 // logits tensor beyond one chunk of tokens: the forward reduces each chunk to per-token
 // statistics (max, sum-exp and target logit all-reduced over tp), the backward recomputes the
-// chunk's logits. Full logits are never gathered across tp.
+// chunk's logits; or, with a token-separable loss fused in (options.token_loss), each chunk's
+// gradient is formed in the forward and nothing is recomputed. Full logits are never gathered
+// across tp.
 #pragma once
 
 #include <torch/torch.h>
