@@ -59,6 +59,21 @@ std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targe
   return {local.clamp(0, size - 1), in_shard};
 }
 
+// One chunk's row statistics over the whole vocabulary, all-reduced over tp, from its logits z
+// (C, V_local) already shifted by the row max: writes e = exp(z) into ez and returns (2 or 3, C)
+// = sum e, the target's shifted logit (0 outside this shard), [sum e z]. The entropy's e z
+// product overwrites whichever of z and ez the caller no longer needs (keep_z: ez).
+torch::Tensor chunk_statistics(torch::Tensor& z, torch::Tensor& ez, const torch::Tensor& local,
+                               const torch::Tensor& in_shard, bool with_entropy, bool keep_z, Communicator* tp) {
+  const torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(z.scalar_type());  // (C)
+  torch::exp_out(ez, z);
+  std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
+  if (with_entropy) parts.push_back((keep_z ? ez.mul_(z) : z.mul_(ez)).sum(1));
+  torch::Tensor stats = torch::stack(parts);  // (2 or 3, C)
+  if (tp) tp->all_reduce(stats, ReduceOp::kSum);
+  return stats;
+}
+
 // Every chunk's (C, V_local) work runs in two buffers allocated once per call, with GEMMs
 // writing into them (matmul_out, addmm_) and in-place elementwise passes: a fresh 64 MiB output
 // per op cost more than the op itself (first touch of the pages, write-allocate traffic).
@@ -85,13 +100,9 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       write_logits(z, h, weight);
       const torch::Tensor m = shift_by_max(z, tp);  // (C) kept shifted: lse and mu below are relative to them
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
-      torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(dtype);  // (C)
-      torch::Tensor ez = e_buf.narrow(0, 0, c);                                                     // (C, V_local)
-      torch::exp_out(ez, z);
-      std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
-      if (with_entropy) parts.push_back(ez.mul_(z).sum(1));
-      torch::Tensor stats = torch::stack(parts);  // (2 or 3, C): sum exp, target, [sum exp * z]
-      if (tp) tp->all_reduce(stats, ReduceOp::kSum);
+      torch::Tensor ez = e_buf.narrow(0, 0, c);  // (C, V_local)
+      // z stays intact: kept logits are the backward's input.
+      const torch::Tensor stats = chunk_statistics(z, ez, local, in_shard, with_entropy, /*keep_z=*/true, tp);
       const torch::Tensor log_sum = stats[0].log();  // (C)
       logp.slice(0, s, e).copy_(stats[1] - log_sum);
       lse.slice(0, s, e).copy_(keep_logits ? log_sum : m + log_sum);
@@ -188,20 +199,15 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
       write_logits(z, h, weight);
       shift_by_max(z, tp);
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
-      const torch::Tensor in_shard_f = in_shard.to(dtype);                                     // (C)
-      torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard_f;  // (C)
-      torch::Tensor ez = e_buf.narrow(0, 0, c);                                                // (C, V_local)
-      torch::exp_out(ez, z);
-      std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
-      if (with_entropy) parts.push_back(z.mul_(ez).sum(1));  // z now holds e * z
-      torch::Tensor stats = torch::stack(parts);  // (2 or 3, C): sum exp, target, [sum exp * z]
-      if (tp) tp->all_reduce(stats, ReduceOp::kSum);
-      const torch::Tensor log_sum = stats[0].log();  // (C)
+      torch::Tensor ez = e_buf.narrow(0, 0, c);  // (C, V_local)
+      // e is dz's factor below; with entropy, z now holds e z.
+      const torch::Tensor stats = chunk_statistics(z, ez, local, in_shard, with_entropy, /*keep_z=*/false, tp);
+      const torch::Tensor log_sum = stats[0].log();         // (C)
       const torch::Tensor inv_sum = stats[0].reciprocal();  // (C)
       torch::Tensor logp_c = logp.slice(0, s, e), mu;
       logp_c.copy_(stats[1] - log_sum);
       if (with_entropy) {
-        mu = stats[2] * inv_sum;  // (C) mean shifted logit under p
+        mu = stats[2] / stats[0];  // (C) mean shifted logit under p
         entropy.slice(0, s, e).copy_(log_sum - mu);
       }
       const torch::Tensor idx = index.slice(0, s, e);  // (C)
@@ -217,7 +223,7 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
       } else {
         ez.mul_((-g * inv_sum).unsqueeze(1));  // -g p
       }
-      ez.scatter_add_(1, local.unsqueeze(1), (g * in_shard_f).unsqueeze(1));
+      ez.scatter_add_(1, local.unsqueeze(1), (g * in_shard.to(dtype)).unsqueeze(1));
       multiply_out(ez, h, weight, w, d_hidden.slice(0, s, e), d_weight);
     }
     ctx->saved_data["d_hidden"] = d_hidden;
