@@ -74,7 +74,7 @@ TEST_CASE("guided_velocity: cfg 1 is the conditional pass; other cfg combine bot
   const torch::Tensor x = torch::randn({4, 3, 8, 8}, torch::kFloat64);
   const torch::Tensor s = torch::rand({4}, torch::kFloat64), y = torch::tensor({0, 1, 2, 1});
   const torch::Tensor cond = model->forward(x, s, y);
-  CHECK(torch::equal(guided_velocity(*model, x, s, y, 1.0), cond));
+  CHECK(torch::equal(guided_velocity(*model, x, s, y, 1.0), cond));  // bitwise: cfg 1 returns that very pass
   const torch::Tensor uncond = model->forward(x, s, torch::full({4}, model->config().null_class()));
   const torch::Tensor guided = guided_velocity(*model, x, s, y, 4.5);
   // One forward over 2B rows vs two over B: equal up to float reassociation.

@@ -80,7 +80,8 @@ TEST_CASE("sample_sde: a sample's trajectory does not depend on its batch", "[fl
     CHECK(torch::allclose(a.latents[row], b.latents[sub_row], 1e-12, 1e-12));
     CHECK(torch::allclose(a.log_probs[row], b.log_probs[sub_row], 1e-12, 1e-12));
   }
-  // Same call, same batch: bitwise.
+  // Same call, same batch: bitwise (the same shapes through the same kernels, single-threaded per
+  // call here).
   const SdeRollout c = sample_sde(*model, labels_for(full), keys_for(full), o);
   CHECK(torch::equal(a.latents, c.latents));
   CHECK(torch::equal(a.log_probs, c.log_probs));
@@ -92,6 +93,8 @@ TEST_CASE("sample_sde with noise_level 0 follows the Euler ODE path", "[flow_sde
     const std::vector<int64_t> s{0, 1, 2};
     const SdeRollout sde = sample_sde(*model, labels_for(s), keys_for(s), {8, 0.0, 3.0, 1.5});
     const torch::Tensor ode = sample_ode(*model, labels_for(s), keys_for(s), {8, 3.0, 1.5});
+    // Bitwise: both run the same batch through the same forwards, and with noise 0 the SDE step
+    // is the Euler step exactly (test_flow_sde.cpp).
     CHECK(torch::equal(sde.latents.select(1, 8), ode));
     // With noise the endpoint moves away from the ODE's.
     const SdeRollout noisy = sample_sde(*model, labels_for(s), keys_for(s), {8, 0.7, 3.0, 1.5});
@@ -115,6 +118,8 @@ TEST_CASE("transition_log_prob recomputes the rollout's log-probs bitwise (ratio
               *model, r.latents.select(1, j), r.latents.select(1, j + 1), r.sigmas[j].expand({b}),
               r.sigmas[j + 1].expand({b}), labels_for(s), o.noise_level, sigma_max, cfg, uncond_grad);
           CHECK(st.log_prob.requires_grad());
+          // Bitwise by construction: the recompute feeds the same (B) rows through the same
+          // guided_velocity (one 2B-row forward under cfg) and the same sde_step as the sampler.
           CHECK(torch::equal(st.log_prob.detach(), r.log_probs.select(1, j)));
           CHECK(torch::exp(st.log_prob.detach() - r.log_probs.select(1, j)).eq(1).all().item<bool>());
         }

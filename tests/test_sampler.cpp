@@ -90,7 +90,9 @@ std::vector<torch::Tensor> forward_logp(models::LlamaForCausalLM& model, const s
 
 torch::Tensor as_tensor(const std::vector<double>& v) { return torch::tensor(v, torch::kFloat64); }
 
-// Same tokens and stop flags; log-probs within `tol` (max |a - b| / max(|b|, 1)).
+// Same tokens and stop flags; log-probs within `tol` (max |a - b| / max(|b|, 1)). Tokens are compared
+// exactly although batching may reassociate the float64 logits: a token could only change if a
+// uniform draw fell within ~1e-15 of a CDF boundary.
 void check_same(const std::vector<Generation>& a, const std::vector<Generation>& b, double tol) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {

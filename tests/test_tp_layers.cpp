@@ -224,6 +224,8 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
   };
   const auto [h_recompute, w_recompute] = grads(0);
   const auto [h_kept, w_kept] = grads(int64_t{1} << 30);
+  // Bitwise: the kept logits are the forward's own chunk GEMM outputs, which the recomputing
+  // backward computes again with the same shapes and kernels.
   CHECK(torch::equal(h_recompute, h_kept));
   CHECK(torch::equal(w_recompute, w_kept));
   // The fused head on bf16 weights: the same float32 statistics, the gradients in bf16 as above.
@@ -233,7 +235,7 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
     return parallel::TokenLossChunk{logp.sum(), torch::ones_like(logp), torch::Tensor()};
   };
   const auto fused = parallel::vocab_parallel_log_probs(hb, wb, t, 0, nullptr, o);
-  CHECK(torch::equal(fused.logp, bf16.logp));
+  CHECK(torch::equal(fused.logp, bf16.logp));  // bitwise: the same chunks through the same statistics helper
   fused.loss.backward();
   CHECK(hb.grad().scalar_type() == torch::kBFloat16);
   CHECK(wb.grad().scalar_type() == torch::kBFloat16);

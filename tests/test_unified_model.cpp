@@ -121,6 +121,7 @@ TEST_CASE("unified: both heads match the independent reference (float64 1e-10, f
     CHECK(text_err < tol);
     CHECK(vel_err < tol);
     CHECK(prompt_err < tol);
+    // Bitwise: velocity() runs forward() on the same inputs (same shapes, same kernels).
     CHECK(torch::equal(model->velocity(fx("image.prompt_ids"), fx("image.prompt_lengths"), fx("image.x_t"),
                                        fx("image.sigma")),
                        joint.velocity));
@@ -246,7 +247,8 @@ TEST_CASE("unified: a row alone equals the row in a padded batch; padding ids an
   }
   const UnifiedInput in = image_input();
   const torch::Tensor v = model->forward(in).velocity;
-  // Other padding ids: bitwise the same (masked keys get probability exactly 0).
+  // Other padding ids: bitwise the same on any host, since the shapes are the same (so are the
+  // kernels) and masked keys get probability exactly 0 whatever their values.
   torch::Tensor other_ids = in.text_ids.clone();
   other_ids[1].narrow(0, 1, 2).fill_(7);
   other_ids[2].fill_(11);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # old_logp: reuse (the training forward's own log-probs) gives the same trained weights as
 # recompute when there is one mini-batch per step, and saves one forward per step: prints the
-# step-time ratio (old_logp phase included). Weights are compared bitwise.
+# step-time ratio (old_logp phase included). Weights are compared bitwise: the recompute pass runs
+# every micro of the schedule in the same layout, shapes and thread count as the training forward
+# whose log-probs reuse takes, so both see the same arithmetic on any host.
 set -u
 tandem=$1; mpirun=$2; recipe=$3; shift 3
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
