@@ -78,12 +78,17 @@ bool group_gone(pid_t pgid) {
   return false;
 }
 
-// The reward is the request's index + 0.5, read back from the JSON line with sed.
+// sh: the request's index, read back from the JSON line $line with sed, into $idx.
+#define TANDEM_IDX "idx=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"index\":\\(-*[0-9]*\\).*/\\1/p'); "
+
+// The reward is the request's index + 0.5; the answer echoes the index, as the protocol asks.
 const char* kEchoIndex =
     "while IFS= read -r line; do\n"
-    "  idx=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"index\":\\(-*[0-9]*\\).*/\\1/p')\n"
-    "  echo \"{\\\"reward\\\": $idx.5, \\\"note\\\": \\\"ok\\\"}\"\n"
+    "  " TANDEM_IDX "echo \"{\\\"index\\\": $idx, \\\"reward\\\": $idx.5, \\\"note\\\": \\\"ok\\\"}\"\n"
     "done\n";
+
+// One well-formed answer line for the request in $line (sh).
+const std::string kAnswer = TANDEM_IDX "echo \"{\\\"index\\\": $idx, \\\"reward\\\": 1}\"";
 
 std::string error_of(RewardProcess& process, const std::vector<RewardInput>& inputs) {
   try {
@@ -119,7 +124,7 @@ TEST_CASE("the request lines carry the sample's fields as JSON", "[rewards][proc
       "for line in sys.stdin:\n"
       "    r = json.loads(line)\n"
       "    ok = r['response'] == r['answer'] and r['prompt'] == 'p' and isinstance(r['index'], int)\n"
-      "    print(json.dumps({'reward': 1.0 if ok else 0.0}), flush=True)\n";
+      "    print(json.dumps({'index': r['index'], 'reward': 1.0 if ok else 0.0}), flush=True)\n";
   RewardProcess process(quiet("/usr/bin/python3 " + (dir.path / "check.py").string()));
   const std::vector<RewardInput> inputs{{"p", "a\"b\\\n\xc3\xa9", "a\"b\\\n\xc3\xa9", 0}, {"p", "x", "y", 1}};
   CHECK(process.score(inputs) == std::vector<double>{1.0, 0.0});
@@ -130,9 +135,10 @@ TEST_CASE("a large pipelined batch does not deadlock", "[rewards][process]") {
   // more than a pipe holds in either direction.
   if (!fs::exists("/usr/bin/python3")) return;
   TempDir dir;
-  std::ofstream(dir.path / "ones.py") << "import sys\n"
+  std::ofstream(dir.path / "ones.py") << "import json, sys\n"
                                          "for line in iter(sys.stdin.readline, ''):\n"
-                                         "    print('{\"reward\": 1, \"pad\": \"' + 'p' * 120 + '\"}', flush=True)\n";
+                                         "    i = json.loads(line)['index']\n"
+                                         "    print(json.dumps({'index': i, 'reward': 1, 'pad': 'p' * 120}), flush=True)\n";
   RewardProcess process(quiet("/usr/bin/python3 " + (dir.path / "ones.py").string()));
   const auto rewards = process.score(batch(0, 3000, std::string(2000, 'z')));
   CHECK(rewards.size() == 3000);
@@ -146,7 +152,7 @@ TEST_CASE("a child that crashes mid-batch is a UserError naming the sample", "[r
                                          "while IFS= read -r line; do\n"
                                          "  n=$((n + 1))\n"
                                          "  if [ $n -eq 3 ]; then echo 'boom: cannot score this' >&2; exit 3; fi\n"
-                                         "  echo '{\"reward\": 1}'\n"
+                                         "  " + kAnswer + "\n"
                                          "done\n");
   RewardProcess process(quiet(command));
   const pid_t pid = process.child_pid();
@@ -166,8 +172,8 @@ TEST_CASE("a child that crashes mid-batch is a UserError naming the sample", "[r
 TEST_CASE("a child that never answers times out fast, with its process group killed", "[rewards][process]") {
   TempDir dir;
   RewardProcess process(quiet(dir.script("slow.sh",
-                                         "IFS= read -r line; echo '{\"reward\": 1}'\n"
-                                         "IFS= read -r line; sleep 30; echo '{\"reward\": 1}'\n"),
+                                         "IFS= read -r line; " + kAnswer + "\n"
+                                         "IFS= read -r line; sleep 30; " + kAnswer + "\n"),
                               0.5));
   const pid_t pid = process.child_pid();
   const auto start = std::chrono::steady_clock::now();
@@ -181,11 +187,14 @@ TEST_CASE("a child that never answers times out fast, with its process group kil
 TEST_CASE("malformed answers are UserErrors naming the sample and the line", "[rewards][process]") {
   const std::vector<std::pair<std::string, std::string>> cases{
       {"hello there", "answered 'hello there': not JSON"},
-      {"{\"score\": 1}", "no \"reward\" key"},
-      {"{\"reward\": \"1\"}", "\"reward\" is not a number"},
-      {"{\"reward\": true}", "\"reward\" is not a number"},
-      {"{\"reward\": 1e999}", "not JSON"},
-      {"{\"reward\": NaN}", "NaN and Infinity are not JSON"},
+      {"{\"index\": 5, \"score\": 1}", "no \"reward\" key"},
+      {"{\"index\": 5, \"reward\": \"1\"}", "\"reward\" is not a number"},
+      {"{\"index\": 5, \"reward\": true}", "\"reward\" is not a number"},
+      {"{\"index\": 5, \"reward\": 1e999}", "not JSON"},
+      {"{\"index\": 5, \"reward\": NaN}", "NaN and Infinity are not JSON"},
+      {"{\"reward\": 1}", "no integer \"index\" key"},
+      {"{\"index\": \"5\", \"reward\": 1}", "no integer \"index\" key"},
+      {"{\"index\": 4, \"reward\": 1}", "the answer is for index 4 but request 5 was next"},
       {"[1]", "not a JSON object"},
       {"", "answered '': not JSON"},
   };
@@ -194,7 +203,7 @@ TEST_CASE("malformed answers are UserErrors naming the sample and the line", "[r
     const std::string name = "bad" + std::to_string(i) + ".txt";
     std::ofstream(dir.path / name) << cases[i].first << "\n";
     RewardProcess process(
-        quiet("IFS= read -r line; echo '{\"reward\": 0}'; while IFS= read -r line; do cat " +
+        quiet("IFS= read -r line; " + kAnswer + "; while IFS= read -r line; do cat " +
               (dir.path / name).string() + "; done"));
     const pid_t pid = process.child_pid();
     const std::string error = error_of(process, batch(4, 3));
@@ -215,21 +224,33 @@ TEST_CASE("exiting early, a missing program, and extra lines are caught", "[rewa
     CHECK_THAT(error_of(process, batch(3, 1)),
                Catch::Contains("status 127") && Catch::Contains("not found") && Catch::Contains("sample 3"));
   }
-  {
-    RewardProcess process(quiet("while IFS= read -r line; do printf '{\"reward\": 1}\\n{\"reward\": 2}\\n'; done"));
-    std::string error;
-    for (int call = 0; call < 3 && error.empty(); ++call) {
-      try {
-        process.score(batch(0, 1));
-      } catch (const UserError& e) {
-        error = e.what();
-      }
-    }
-    CHECK_THAT(error, Catch::Contains("printed"));
-  }
+
   {
     RewardProcess process(quiet("IFS= read -r line; printf '{\"reward\": 1}'"));  // no newline, then EOF
     CHECK_THAT(error_of(process, batch(0, 1)), Catch::Contains("after a partial line '{\"reward\": 1}'"));
+  }
+}
+
+TEST_CASE("a stray answer line is caught on every run, never paired with the wrong sample", "[rewards][process]") {
+  // Each answer echoes its request's index, so detection does not depend on when the stray line
+  // arrives (the race that let a shifted run pass before). 20 runs of each, every one must fail.
+  for (int run = 0; run < 20; ++run) {
+    INFO("run " << run);
+    {  // two answers to every request: within a batch, the second line has the wrong index
+      RewardProcess process(quiet("while IFS= read -r line; do " + kAnswer + "; " + kAnswer + "; done"));
+      CHECK_THAT(error_of(process, batch(10, 3)), Catch::Contains("the answer is for index 10 but request 11 was next"));
+    }
+    {  // a batch of one: the extra line is caught by the next call, whatever its timing
+      RewardProcess process(quiet("while IFS= read -r line; do " + kAnswer + "; " + kAnswer + "; done"));
+      CHECK(process.score(batch(0, 1)) == std::vector<double>{1.0});
+      CHECK_THAT(error_of(process, batch(1, 1)), Catch::Contains("printed output before its request") ||
+                                                     Catch::Contains("the answer is for index 0 but request 1"));
+    }
+    {  // one line printed at start, before any request
+      RewardProcess process(quiet("echo '{\"reward\": 0.5}'; while IFS= read -r line; do " + kAnswer + "; done"));
+      CHECK_THAT(error_of(process, batch(0, 2)),
+                 Catch::Contains("no integer \"index\" key") || Catch::Contains("printed output before its request"));
+    }
   }
 }
 

@@ -1,11 +1,13 @@
-// The external reward process: spawn, pipelined request/answer exchange under poll() with a
-// per-answer deadline, and teardown that always kills and reaps the child's whole process group.
+// The external reward process: spawn (with a guardian that ends the command's process group when
+// the rank dies), pipelined request/answer exchange under poll() with a per-answer deadline, and
+// teardown that always kills and reaps the child's whole process group.
 #include "core/rewards/reward_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,8 +80,11 @@ std::string request_line(const RewardInput& in) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-// The reward in one answer line, or an explanation of what is wrong with it.
-bool parse_answer(std::string line, double& reward, std::string& problem) {
+// The reward in one answer line for the request with sample index `index`, or an explanation of
+// what is wrong with it. The answer must echo its request's index: a stray line (printed at start,
+// or a second answer to one request) then fails on the spot instead of shifting every later reward
+// onto the wrong sample, whenever it arrives.
+bool parse_answer(std::string line, int64_t index, double& reward, std::string& problem) {
   if (!line.empty() && line.back() == '\r') line.pop_back();
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded()) {
@@ -88,6 +93,12 @@ bool parse_answer(std::string line, double& reward, std::string& problem) {
     problem = non_finite ? "not JSON (NaN and Infinity are not JSON numbers; a reward must be finite)" : "not JSON";
   } else if (!j.is_object()) {
     problem = "not a JSON object";
+  } else if (!j.contains("index") || !j["index"].is_number_integer()) {
+    problem = "no integer \"index\" key (an answer echoes its request's index)";
+  } else if (j["index"].get<int64_t>() != index) {
+    problem = "the answer is for index " + std::to_string(j["index"].get<int64_t>()) + " but request " +
+              std::to_string(index) + " was next: a line printed out of turn (an extra answer, or output before a "
+              "request)";
   } else if (!j.contains("reward")) {
     problem = "no \"reward\" key";
   } else if (!j["reward"].is_number()) {
@@ -98,11 +109,67 @@ bool parse_answer(std::string line, double& reward, std::string& problem) {
     reward = j["reward"].get<double>();
     return true;
   }
-  problem = "answered '" + shown(line) + "': " + problem + " (expected {\"reward\": <number>})";
+  problem = "answered '" + shown(line) + "': " + problem + " (expected {\"index\": " + std::to_string(index) +
+            ", \"reward\": <number>})";
   return false;
 }
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// The guardian's handler: the rank died (parent-death signal) or asked it to go: take the whole
+// process group (the shell and everything it started) down with it.
+void kill_group(int) {
+  ::kill(0, SIGKILL);
+  ::_exit(128 + SIGKILL);
+}
+
+// The forked child: leader of a new process group, it starts the command (/bin/sh -c) in that
+// group and waits for it. The kernel signals it when the rank that started it dies, however
+// it dies (MPI_Abort, SIGKILL, a crash), so no reward process outlives its rank. Its exit status is
+// the command's. Only async-signal-safe calls here (we are a fork of a multi-threaded process).
+[[noreturn]] void run_guardian(pid_t parent, int in_fd, int out_fd, int err_fd, char** argv) {
+  ::setpgid(0, 0);
+  struct sigaction on_death {};
+  on_death.sa_handler = kill_group;
+  sigemptyset(&on_death.sa_mask);
+  // A real-time signal nobody else sends (SLURM's SIGUSR1 / SIGTERM go to the ranks, see [12]).
+  const int death = SIGRTMIN + 2;
+  ::sigaction(death, &on_death, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, death);
+  if (::getppid() != parent) kill_group(0);  // the rank died before prctl took effect
+  // The command's pipes become 0, 1, 2 and every other descriptor of the rank (its ends of these
+  // pipes, other children's pipes, MPI's sockets) is closed, so EOF still reaches whom it should.
+  ::dup2(in_fd, STDIN_FILENO), ::dup2(out_fd, STDOUT_FILENO), ::dup2(err_fd, STDERR_FILENO);
+  if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+    for (int fd = 3; fd < 65536; ++fd) ::close(fd);
+  sigset_t none;
+  sigemptyset(&none);
+  const pid_t child = ::fork();
+  if (child < 0) ::_exit(127);
+  if (child == 0) {
+    // The command: default signal dispositions and mask, as if started from a shell.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : {SIGPIPE, SIGRTMIN + 2}) ::sigaction(sig, &dfl, nullptr);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve("/bin/sh", argv, environ);
+    ::_exit(127);
+  }
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::close(fd);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(WTERMSIG(status), &dfl, nullptr);
+    ::kill(::getpid(), WTERMSIG(status));  // the command's own death, for the message
+  }
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
 
 }  // namespace
 
@@ -129,36 +196,20 @@ void RewardProcess::start() {
     throw std::system_error(errno, std::generic_category(), "pipe2");
   }
 
-  // posix_spawn rather than fork(): safe in a multi-threaded process and cheap for a large one.
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group, so a timeout kills the script's children too; default SIGPIPE and an
-  // empty signal mask, so the child behaves as if started from a shell.
-  sigset_t defaults, empty;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigemptyset(&empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
+  // fork + exec rather than posix_spawn, because the child must set up a guardian: between fork
+  // and exec only async-signal-safe calls run (setpgid, prctl, sigaction, dup2, fork, execve,
+  // waitpid, kill, _exit), which is what a multi-threaded parent allows.
   std::string sh = "sh", dash_c = "-c", command = options_.command;
   char* argv[] = {sh.data(), dash_c.data(), command.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(in_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[1]);
-  if (rc != 0) {
-    ::close(in_pipe[1]), ::close(out_pipe[0]), ::close(err_pipe[0]);
-    throw UserError("reward command '" + options_.command + "': cannot start /bin/sh: " + std::strerror(rc));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    throw UserError("reward command '" + options_.command + "': cannot start /bin/sh: " + std::strerror(err));
   }
+  if (pid == 0) run_guardian(parent, in_pipe[0], out_pipe[1], err_pipe[1], argv);  // never returns
+  ::close(in_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[1]);
   pid_ = pid;
   in_fd_ = in_pipe[1];
   out_fd_ = out_pipe[0];
@@ -264,7 +315,7 @@ std::vector<double> RewardProcess::score(const std::vector<RewardInput>& inputs)
     for (size_t nl; rewards.size() < inputs.size() && (nl = out_buffer_.find('\n')) != std::string::npos;) {
       double reward = 0;
       std::string problem;
-      if (!parse_answer(out_buffer_.substr(0, nl), reward, problem)) fail(current(), problem, false);
+      if (!parse_answer(out_buffer_.substr(0, nl), current(), reward, problem)) fail(current(), problem, false);
       out_buffer_.erase(0, nl + 1);
       rewards.push_back(reward);
       deadline = Clock::now() + timeout;

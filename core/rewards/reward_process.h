@@ -14,7 +14,9 @@ namespace tandem::rewards {
 
 // Protocol, one line each way per sample, in order:
 //   request  {"answer": "...", "index": 7, "prompt": "...", "response": "..."}
-//   answer   {"reward": 0.5}          (other keys are ignored; the reward must be a finite number)
+//   answer   {"index": 7, "reward": 0.5}   (other keys are ignored; the reward must be a finite number)
+// The answer echoes its request's index, so a stray line (output at start, two answers to one
+// request) is an error the moment it is read, never a reward silently paired with the wrong sample.
 // Requests are pipelined: the whole batch is written while answers are read, so a child may
 // answer line by line or read several lines first.
 struct RewardProcessOptions {
