@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/blas_kernel.h"
+
 namespace tandem::app {
 
 using Clock = std::chrono::steady_clock;
@@ -16,18 +18,6 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Best-of-`repeats` float32 (n, n) x (n, n) torch::mm rate in GFLOP/s on the current threads.
-inline double gemm_gflops(int64_t n = 512, int repeats = 5) {
-  const torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
-  torch::Tensor c = torch::mm(a, b);  // warm-up
-  const int inner = n >= 2048 ? 1 : 10;
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < inner; ++i) c = torch::mm(a, b);
-    best = std::min(best, seconds_since(t0) / inner);
-  }
-  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best / 1e9;
-}
+using tandem::gemm_gflops;  // core/blas_kernel.h
 
 }  // namespace tandem::app

@@ -2,6 +2,8 @@
 // its AR policy out as a plain Hugging Face directory (config.json + safetensors [+ tokenizer]).
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,8 @@
 #include "core/checkpoint.h"
 #include "core/checkpoint_manifest.h"
 #include "core/config.h"
+#include "core/rank_runtime.h"
+#include "models/llama/config.h"
 #include "models/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -47,18 +51,30 @@ int run_ckpt_info(const std::string& path) {
   if (!in) throw UserError(dir + ": no trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
   if (state.is_discarded()) throw UserError(dir + "/trainer_state.json: not valid JSON");
-  const Config config = load_config(dir + "/recipe.yaml", {});
+  const Config config = load_saved_config(dir + "/recipe.yaml");
   std::cout << "checkpoint: " << dir << "\n";
   std::cout << "integrity: "
             << (check.status == Integrity::Status::kIntact ? "ok, " : "unverified, ") << check.detail << "\n";
   std::cout << "completed steps: " << state.value("completed_steps", -1) << " of " << config.run.steps << "\n";
   std::cout << "run: " << config.run.name << "  seed " << config.run.seed << "  dtype " << to_string(config.run.dtype)
             << "\n";
+  if (config.tracks.ar.enabled) {
+    // The architecture the run trained (resolved from hf_dir's config.json when it had one).
+    const ArModelConfig& m = config.tracks.ar.model;
+    std::cout << "ar model: arch " << m.arch << (m.hf_dir ? "  from " + *m.hf_dir : std::string()) << "\n  vocab "
+              << m.vocab_size << "  hidden " << m.hidden_size << "  layers " << m.num_layers << "  heads "
+              << m.num_heads << "/" << m.num_kv_heads << "  head_dim "
+              << (m.head_dim ? *m.head_dim : m.hidden_size / m.num_heads) << "  ffn " << m.intermediate_size
+              << "  context " << m.max_seq_len << "\n  rope_theta " << m.rope_theta << "  rope_scaling "
+              << to_string(m.rope_scaling.type) << "  rms_eps " << m.rms_eps << "  tied "
+              << (m.tie_embeddings ? "yes" : "no") << "  qkv_bias " << (m.qkv_bias ? "yes" : "no") << "\n";
+  }
   if (state.contains("tracks"))
     for (const auto& [track, s] : state["tracks"].items()) std::cout << "track " << track << ": " << s.dump() << "\n";
   for (const auto& e : fs::directory_iterator(dir)) {
     if (!e.is_directory()) continue;
     int64_t tensors = 0, params = 0;
+    std::set<std::string> dtypes;
     for (const auto& f : fs::directory_iterator(e.path())) {
       if (f.path().extension() != ".safetensors") continue;
       const auto info = models::read_safetensors_header(f.path().string());
@@ -66,28 +82,60 @@ int run_ckpt_info(const std::string& path) {
         int64_t n = 1;
         for (int64_t d : t.shape) n *= d;
         ++tensors, params += n;
+        dtypes.insert(t.dtype);
       }
     }
-    std::cout << e.path().filename().string() << ": " << tensors << " tensors, " << params << " parameters\n";
+    std::string dt;
+    for (const auto& d : dtypes) dt += (dt.empty() ? "" : ",") + d;
+    std::cout << e.path().filename().string() << ": " << tensors << " tensors, " << params << " parameters"
+              << (dt.empty() ? "" : " (" + dt + ")") << "\n";
   }
   return 0;
 }
 
-int run_ckpt_export_hf(const std::string& path, const std::string& out) {
+namespace {
+
+torch::Dtype export_dtype(const std::string& name, const Config& config) {
+  if (name.empty()) return compute_dtype(config.run.dtype);
+  static const std::map<std::string, torch::Dtype> kNames{
+      {"float32", torch::kFloat32}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kFloat16}, {"float64", torch::kFloat64}};
+  const auto it = kNames.find(name);
+  if (it == kNames.end()) throw UserError("--dtype " + name + ": expected float32, bfloat16, float16 or float64");
+  return it->second;
+}
+
+}  // namespace
+
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name) {
   const std::string dir = checked_checkpoint(path).first;
   const fs::path model = fs::path(dir) / "ar_model";
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
   if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
-  if (load_config(dir + "/recipe.yaml", {}).tracks.ar.model.arch == "unified")
+  const Config config = load_saved_config(dir + "/recipe.yaml");
+  if (config.tracks.ar.model.arch == "unified")
     throw UserError(dir + ": the AR policy is the unified text + image model (model_type tandem_unified), which has "
                     "no Hugging Face equivalent; its ar_model/ (config.json + model.safetensors) is already the "
                     "portable form, and `tandem generate --checkpoint` samples from it");
+  const torch::Dtype dtype = export_dtype(dtype_name, config);
   const fs::path tmp = fs::path(out).string() + ".partial";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  for (const auto& f : fs::directory_iterator(model)) fs::copy_file(f.path(), tmp / f.path().filename());
-  const Config config = load_config(dir + "/recipe.yaml", {});
-  if (config.tracks.ar.tokenizer.kind == TokenizerKind::kHf && config.tracks.ar.tokenizer.path) {
+  // Everything but the weights as it is (config.json, tokenizer files, generation_config.json);
+  // the weights converted to the dtype asked for. A checkpoint of a mixed-precision run holds the
+  // float32 master, so a bfloat16 export is the master rounded once.
+  for (const auto& f : fs::directory_iterator(model)) {
+    const std::string name = f.path().filename().string();
+    if (f.path().extension() == ".safetensors" || name == models::kHfIndexFile) continue;
+    fs::copy_file(f.path(), tmp / name);
+  }
+  std::map<std::string, torch::Tensor> weights = models::load_hf_weights(model.string());
+  for (auto& [name, t] : weights) t = t.to(dtype);
+  models::save_hf_weights(tmp.string(), weights);
+  nlohmann::json hf = models::read_hf_config(tmp.string());
+  hf["torch_dtype"] = models::hf_dtype_name(dtype);
+  std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
+  if (config.tracks.ar.tokenizer.kind == TokenizerKind::kHf && !fs::exists(tmp / "tokenizer.json") &&
+      config.tracks.ar.tokenizer.path) {  // a checkpoint from before ar_model/ held the tokenizer
     fs::path tok = *config.tracks.ar.tokenizer.path;
     if (fs::is_directory(tok)) tok /= "tokenizer.json";
     if (fs::exists(tok)) fs::copy_file(tok, tmp / "tokenizer.json");
@@ -97,7 +145,7 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out) {
     if (f.path().extension() == ".safetensors") models::read_safetensors_header(f.path().string());
   fs::remove_all(out);
   fs::rename(tmp, out);
-  std::cout << "exported " << model.string() << " -> " << out << "\n";
+  std::cout << "exported " << model.string() << " -> " << out << " (" << models::hf_dtype_name(dtype) << ")\n";
   if (config.tracks.ar.tokenizer.kind == TokenizerKind::kChar)
     std::cout << "note: the char tokenizer has no Hugging Face equivalent; its alphabet is in " << dir
               << "/recipe.yaml (ids: <pad>=0 <bos>=1 <eos>=2, then the alphabet in order)\n";

@@ -103,10 +103,13 @@ struct GenerateArgs {
   int64_t max_new_tokens = 0;  // 0: the recipe's
   uint64_t seed = 0;
   std::string image_out;  // a unified-model checkpoint: also draw every prompt into this PNG grid
+  std::string chat_template;  // auto | none | FILE ("": the recipe's, or auto with --model)
+  std::optional<std::string> system_prompt;
 };
 int run_generate(const GenerateArgs& args);
 
 int run_ckpt_info(const std::string& path);
-int run_ckpt_export_hf(const std::string& path, const std::string& out);
+// dtype: float32 | bfloat16 | float16 | float64, or "" for the run's compute dtype.
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype);
 
 }  // namespace tandem::app

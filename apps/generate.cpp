@@ -3,6 +3,7 @@
 // Qwen2 directory (--model, with a tokenizer.json and the recipe defaults for sampling). Flags
 // override the sampling settings; --temperature 0 is greedy. A checkpoint of the unified model
 // (tracks.ar.model.arch unified) writes text and, with --image-out, draws each prompt as well.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,7 +13,10 @@
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/image_io.h"
+#include "core/ar_track.h"
 #include "core/llama_policy.h"
+#include "core/model_dir.h"
+#include "core/prompt_format.h"
 #include "core/unified_policy.h"
 #include "models/dit/sampler.h"
 #include "models/unified/flow.h"
@@ -30,6 +34,7 @@ namespace {
 
 struct Policy {
   std::unique_ptr<models::Tokenizer> tokenizer;
+  PromptFormatOptions format;  // chat template, system prompt, model stop ids before the flags
   std::unique_ptr<TextPolicy> policy;
   int64_t vocab_size = 0;
   models::UnifiedModel unified{nullptr};  // set for a unified-model checkpoint
@@ -44,12 +49,21 @@ Policy from_checkpoint(const std::string& path) {
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(path + ": no complete checkpoint");
   const std::string& dir = *choice.path;
-  const Config config = load_config(dir + "/recipe.yaml", {});
+  const Config config = load_saved_config(dir + "/recipe.yaml");
   const ArTrackConfig& ar = config.tracks.ar;
   if (!ar.enabled) throw UserError(dir + ": this run has no AR policy");
   Policy p;
-  p.tokenizer = ar.tokenizer.kind == TokenizerKind::kChar ? models::make_char_tokenizer(ar.tokenizer.alphabet)
-                                                          : models::load_hf_tokenizer(*ar.tokenizer.path);
+  p.format = prompt_format_options(ar);
+  if (ar.tokenizer.kind == TokenizerKind::kChar) {
+    p.tokenizer = models::make_char_tokenizer(ar.tokenizer.alphabet);
+  } else {
+    // The checkpoint's own copy (a complete HF directory, the recipe's template file folded into
+    // its tokenizer_config.json); checkpoints from before that kept only the recipe's path.
+    const bool own = fs::exists(fs::path(dir) / "ar_model" / "tokenizer.json");
+    p.format.tokenizer_path = own ? dir + "/ar_model" : *ar.tokenizer.path;
+    if (own && p.format.chat_template != "none") p.format.chat_template = "auto";
+    p.tokenizer = models::load_hf_tokenizer(*p.format.tokenizer_path);
+  }
   if (ar.model.arch == "unified") {
     p.unified = models::load_unified(dir + "/ar_model", torch::kFloat32);
     p.vocab_size = p.unified->config().vocab_size;
@@ -75,6 +89,10 @@ Policy from_hf_dir(const std::string& dir, const std::string& tokenizer) {
   }
   Policy p;
   p.tokenizer = models::load_hf_tokenizer(tok);
+  const ModelDir source = read_model_dir(dir);
+  p.format.tokenizer_path = tok;
+  p.format.model_eos_ids = source.model.eos_token_ids;
+  p.format.origin = "--chat-template";
   auto model = models::load_llama(dir, {}, torch::kFloat32);
   p.vocab_size = model->config().vocab_size;
   p.policy = std::make_unique<LlamaPolicy>(model);
@@ -112,12 +130,24 @@ int run_generate(const GenerateArgs& a) {
     throw UserError("give exactly one of --checkpoint (a run or checkpoint directory) or --model (a Hugging Face "
                     "model directory)");
   if (a.prompts.empty()) throw UserError("give at least one --prompt");
+  // Bounded before anything is sized from them (a typo'd count must not allocate gigabytes first).
+  constexpr int64_t kMaxRequests = 4096;
+  if (a.samples < 1 || a.samples * static_cast<int64_t>(a.prompts.size()) > kMaxRequests)
+    throw UserError("--samples " + std::to_string(a.samples) + " with " + std::to_string(a.prompts.size()) +
+                    " prompt(s) asks for more than " + std::to_string(kMaxRequests) + " samples; lower it");
+  if (!std::isfinite(a.temperature) || (a.temperature < 0 && a.temperature != -1))
+    throw UserError("--temperature must be a finite number >= 0 (0 is greedy), got " + std::to_string(a.temperature));
+  if (a.max_new_tokens < 0) throw UserError("--max-new-tokens must be >= 1");
   Policy p = a.model.empty() ? from_checkpoint(a.checkpoint) : from_hf_dir(a.model, a.tokenizer);
   const models::Tokenizer& tok = *p.tokenizer;
   if (!a.image_out.empty() && p.unified.is_empty())
     throw UserError("--image-out: this policy only writes text; images need a checkpoint of the unified model "
                     "(tracks.ar.model.arch: unified)");
   const int64_t model_vocab = p.vocab_size;
+  if (!a.chat_template.empty()) p.format.chat_template = a.chat_template, p.format.origin = "--chat-template";
+  if (a.chat_template == "none") p.format.system_prompt.reset();  // raw prompts: the recipe's system turn goes too
+  if (a.system_prompt) p.format.system_prompt = a.system_prompt;
+  const PromptFormat format(p.format, tok);
   models::SamplingParams sp;
   sp.temperature = a.temperature >= 0 ? a.temperature : p.rollout.temperature;
   sp.top_p = p.rollout.top_p;
@@ -125,14 +155,15 @@ int run_generate(const GenerateArgs& a) {
   sp.max_new_tokens = a.max_new_tokens > 0 ? a.max_new_tokens : p.rollout.max_new_tokens;
   // Ids past the tokenizer (padded embedding rows) are never sampled, nor ids past the model.
   sp.vocab_limit = std::min(tok.vocab_size(), model_vocab);
-  if (auto eos = tok.eos_id()) sp.stop_ids.push_back(*eos);
+  sp.stop_ids = format.stop_ids();
   std::vector<models::GenerationRequest> requests;
   std::vector<std::vector<int64_t>> prompt_ids;
   for (size_t i = 0; i < a.prompts.size(); ++i) {
-    std::vector<int64_t> ids;
-    if (auto bos = tok.bos_id()) ids.push_back(*bos);
-    const auto body = tok.encode(a.prompts[i]);
-    ids.insert(ids.end(), body.begin(), body.end());
+    const std::vector<int64_t> ids = format.encode(a.prompts[i]);
+    if (static_cast<int64_t>(ids.size()) + sp.max_new_tokens > p.policy->max_seq_len())
+      throw UserError("--prompt '" + a.prompts[i].substr(0, 40) + "': " + std::to_string(ids.size()) +
+                      " prompt tokens + " + std::to_string(sp.max_new_tokens) + " new tokens exceed the model's context of " +
+                      std::to_string(p.policy->max_seq_len()) + "; lower --max-new-tokens");
     for (const int64_t id : ids)
       if (id >= model_vocab)
         throw UserError("--prompt '" + a.prompts[i] + "': token id " + std::to_string(id) +
@@ -142,6 +173,7 @@ int run_generate(const GenerateArgs& a) {
     for (int64_t k = 0; k < a.samples; ++k)
       requests.push_back({ids, models::sample_seed(a.seed, 0, static_cast<int64_t>(i), k)});
   }
+  std::cerr << "generate: " << format.describe() << "\n";  // after every input check: errors stay one line
   const auto out = p.policy->generate(requests, sp);
   for (size_t r = 0; r < out.size(); ++r) {
     double logp = 0;

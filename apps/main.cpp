@@ -1,5 +1,7 @@
 // tandem's entry point: CLI11 subcommands and the exit-code policy (bad input -> 2), nothing else.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include "core/blas_kernel.h"
 #include "core/host_memory.h"
 #include "core/config.h"
+#include "core/preflight.h"
 #include "parallel/runtime.h"
 
 namespace {
@@ -35,6 +38,7 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
   tandem::Config config = tandem::load_config(args.config_path, args.overrides);
   if (world_size <= 0) world_size = launcher_world_size();
   if (world_size > 0) tandem::validate(config, world_size);
+  for (const std::string& line : tandem::preflight(config)) std::cerr << "check-config: ok: " << line << "\n";
   std::cout << tandem::to_yaml(config);
   return 0;
 }
@@ -44,6 +48,9 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);  // may re-execute this process once; before any thread starts
   tandem::keep_freed_host_memory();
+  // Logs go to stderr, so a command's stdout holds only its output (generate's text, check-config's
+  // recipe, bench JSON). `train` replaces this logger with its own (console + train.log).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tandem-cli"));
   CLI::App app{"tandem: native GRPO / FlowGRPO post-training engine"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
@@ -76,11 +83,15 @@ int main(int argc, char** argv) {
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
   gen->add_option("--seed", gen_args.seed, "sampling seed");
+  gen->add_option("--chat-template", gen_args.chat_template,
+                  "auto (the tokenizer's tokenizer_config.json), none (raw prompt text) or a Jinja file (default: the "
+                  "recipe's for --checkpoint, auto for --model)");
+  gen->add_option("--system-prompt", gen_args.system_prompt, "a system turn before each prompt (needs a chat template)");
   gen->add_option("--image-out", gen_args.image_out,
                   "unified-model checkpoints: also draw each prompt (a column per prompt, a row per sample) into "
                   "this PNG, with a .json of the prompts beside it");
 
-  std::string ckpt_path, export_out;
+  std::string ckpt_path, export_out, export_dtype;
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
   ckpt->require_subcommand(1);
   CLI::App* ckpt_info = ckpt->add_subcommand("info", "summarise a checkpoint (or a run's latest)");
@@ -88,6 +99,9 @@ int main(int argc, char** argv) {
   CLI::App* ckpt_export = ckpt->add_subcommand("export-hf", "copy the AR policy out as a Hugging Face directory");
   ckpt_export->add_option("path", ckpt_path, "checkpoint or run directory")->required();
   ckpt_export->add_option("out", export_out, "new output directory")->required();
+  ckpt_export->add_option("--dtype", export_dtype,
+                          "weights dtype: float32, bfloat16, float16 or float64 (default: the run's compute dtype)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16", "float64"}));
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
   bench->require_subcommand(1);
@@ -219,7 +233,7 @@ int main(int argc, char** argv) {
     if (*pretrain) return tandem::app::run_pretrain_flow(pretrain_args, argc, argv);
     if (*gen) return tandem::app::run_generate(gen_args);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
-    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out);
+    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
     if (*bench_train) return tandem::app::run_bench_train(train_bench, argc, argv);
     if (*bench_ablate) return tandem::app::run_bench_ablate(ablate);

@@ -3,10 +3,12 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <optional>
 
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/config.h"
+#include "core/preflight.h"
 #include "core/rollout_worker.h"
 #include "core/trainer.h"
 #include "parallel/communicator.h"
@@ -15,11 +17,43 @@
 
 namespace tandem::app {
 
+namespace {
+
+// The recipe on every rank, what it names opened on rank 0 (preflight.h). An error every rank
+// would hit the same way is printed once, by the lowest rank that hit it, and every rank returns
+// 2 through a clean MPI finalize.
+std::optional<Config> load_checked(const TrainArgs& args, const parallel::MpiRuntime& mpi, int& exit_code) {
+  std::optional<Config> config;
+  std::string error;
+  int code = 0;
+  try {
+    config = load_config(args.config_path, args.overrides);
+    validate(*config, mpi.size());
+    if (mpi.rank() == 0) preflight(*config);
+  } catch (const UserError& e) {
+    error = e.what(), code = 2;
+  } catch (const std::exception& e) {
+    error = e.what(), code = 1;
+  }
+  const int reporter = mpi.size() > 1 ? parallel::MpiRuntime::first_failed_rank(code != 0) : (code ? 0 : -1);
+  if (reporter < 0) return config;
+  if (mpi.rank() == reporter) {
+    const std::string who = reporter == 0 ? "" : " (rank " + std::to_string(reporter) + ")";
+    std::cerr << "tandem: " << (code == 1 ? "internal error" : "error") << who << ": " << error << "\n";
+  }
+  exit_code = code != 0 ? code : 2;  // ranks that were fine leave with the reporter's verdict
+  return std::nullopt;
+}
+
+}  // namespace
+
 int run_train(const TrainArgs& args, int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
+  int startup_code = 0;
+  std::optional<Config> checked = load_checked(args, mpi, startup_code);
+  if (!checked) return startup_code;
   try {
-    Config config = load_config(args.config_path, args.overrides);
-    validate(config, mpi.size());
+    Config config = std::move(*checked);
     const double timeout = config.parallel.timeout_s;
     // parallel.rollout_ranks: the last ranks of the world only generate; the rest train, laid out
     // as {dp, cp, tp} over their own communicator. The bridge (the whole world) joins the two.

@@ -40,9 +40,12 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
   ScheduleOptions one = schedule_options();
   one.num_mini_batches = 1;
 
-  // Two thread pools out of this rank's threads: the sampler keeps the larger half.
+  // The forward thread runs on as many threads as training does, not on a share of them: BLAS and
+  // LibTorch's reductions partition their sums by thread count, and the old log-probs must be the
+  // training forward's to the bit (first ratio exactly 1). The sampler takes the larger half of
+  // the rank's threads beside it, so the rank oversubscribes its cores while both run.
   const int threads = torch::get_num_threads();
-  const int forward_threads = std::max(1, threads / 2), sample_threads = std::max(1, threads - threads / 2);
+  const int forward_threads = threads, sample_threads = std::max(1, threads - threads / 2);
   torch::set_num_threads(sample_threads);
   metrics["overlap/sample_threads"] = sample_threads;
   metrics["overlap/forward_threads"] = forward_threads;

@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "common/error.h"
+#include "common/regular_file.h"
 #include "core/advantage.h"
 #include "core/rewards/reward_factory.h"
 #include "core/llama_policy.h"
@@ -40,6 +42,15 @@ std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
 
 }  // namespace
 
+PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
+  PromptFormatOptions o;
+  o.chat_template = ar.data.chat_template;
+  o.system_prompt = ar.data.system_prompt;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
+  o.model_eos_ids = ar.model.eos_token_ids;
+  return o;
+}
+
 std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& d, int64_t seed) {
   std::optional<tasks::SyntheticOptions> synthetic;
   if (auto task = tasks::synthetic_task_from_name(d.task); task && (d.min_digits || d.max_digits)) {
@@ -60,7 +71,12 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   if (ar.model.vocab_size < tokenizer_->vocab_size())
     throw UserError("tracks.ar.model.vocab_size: " + std::to_string(ar.model.vocab_size) +
                     " is smaller than the tokenizer's vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
-                    "); raise it");
+                    (ar.model.hf_dir ? "); the tokenizer does not belong to the model in " + *ar.model.hf_dir
+                                     : std::string("); raise it")));
+  format_ = std::make_unique<PromptFormat>(prompt_format_options(ar), *tokenizer_);
+  spdlog::info("ar prompts: {}", format_->describe());
+  const auto load_start = std::chrono::steady_clock::now();
+  if (ar.model.hf_dir && ar.model.arch == "llama") source_ = read_model_dir(*ar.model.hf_dir);
   if (ar.model.arch == "unified") {
     if (ar.model.hf_dir) {
       unified_ = models::load_unified(*ar.model.hf_dir, dtype);
@@ -92,6 +108,10 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
     model->to(device);
     policy_ = std::make_unique<LlamaPolicy>(model);
   }
+  int64_t n_params = 0;
+  for (const auto& p : policy_->parameters()) n_params += p.numel();
+  spdlog::info("ar policy: {} ({} parameters on this rank) {} in {:.2f} s", ar.model.hf_dir ? *ar.model.hf_dir : "random init",
+               n_params, ar.model.hf_dir ? "loaded" : "built", seconds_since(load_start));
   if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
   prompts_ = make_ar_prompts(ar.data, config.run.seed);
   reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
@@ -126,7 +146,7 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   sp.top_k = ar.rollout.top_k;
   sp.max_new_tokens = ar.rollout.max_new_tokens;
   sp.vocab_limit = tokenizer_->vocab_size();
-  if (auto eos = tokenizer_->eos_id()) sp.stop_ids.push_back(*eos);
+  sp.stop_ids = format_->stop_ids();
   for (const std::string& s : ar.rollout.stop) {
     const auto ids = tokenizer_->encode(s);
     if (ids.size() == 1) sp.stop_ids.push_back(ids[0]);
@@ -135,10 +155,7 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   std::vector<models::GenerationRequest> requests;
   std::vector<std::vector<int64_t>> prompt_ids;
   for (const auto& p : shard) {
-    std::vector<int64_t> ids;
-    if (auto bos = tokenizer_->bos_id()) ids.push_back(*bos);
-    const auto body = tokenizer_->encode(p.prompt.text);
-    ids.insert(ids.end(), body.begin(), body.end());
+    const std::vector<int64_t> ids = format_->encode(p.prompt.text);
     if (static_cast<int64_t>(ids.size()) + ar.rollout.max_new_tokens > policy_->max_seq_len())
       throw UserError("prompt " + std::to_string(p.prompt.id) + " has " + std::to_string(ids.size()) +
                       " tokens; with rollout.max_new_tokens " + std::to_string(ar.rollout.max_new_tokens) +
@@ -184,15 +201,45 @@ std::vector<ArSample> ArTrack::replay(int64_t step) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
     found = true;
+    const std::string file = e.path().string();
+    require_regular_file(file, "the rollout dump ");
     std::ifstream in(e.path(), std::ios::binary);
     const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (auto& s : deserialize_samples(bytes.data(), bytes.size()))
+    std::vector<ArSample> samples;
+    try {
+      samples = deserialize_samples(bytes.data(), bytes.size());
+    } catch (const std::exception& err) {
+      throw UserError(file + ": damaged rollout dump (" + err.what() + "); dump the step again");
+    }
+    // Every value a dump holds is checked against this run before it reaches the model.
+    const int64_t vocab = policy_vocab_size();
+    for (auto& s : samples) {
+      const std::string where = file + ": sample " + std::to_string(s.index) + ": ";
+      for (const int64_t t : s.tokens)
+        if (t < 0 || t >= vocab)
+          throw UserError(where + "token id " + std::to_string(t) + " is outside the model's vocabulary of " +
+                          std::to_string(vocab) + " (a dump of another model, or damaged)");
+      if (s.length() > policy_->max_seq_len())
+        throw UserError(where + std::to_string(s.length()) + " tokens exceed tracks.ar.model.max_seq_len " +
+                        std::to_string(policy_->max_seq_len()));
+      if (s.group_id < 0 || s.group_id >= ar_prompts_per_step() || s.index < 0)
+        throw UserError(where + "group " + std::to_string(s.group_id) + " is outside this step's " +
+                        std::to_string(ar_prompts_per_step()) + " prompts (a dump of another recipe, or damaged)");
+      bool finite = std::isfinite(s.reward) && std::isfinite(s.advantage);
+      for (const double x : s.rollout_logp) finite = finite && std::isfinite(x);
+      if (!finite) throw UserError(where + "holds NaN or Inf (reward, advantage or log-prob); the dump is damaged");
+    }
+    for (auto& s : samples)
       if (s.group_id % dp_size_ == dp_rank_) out.push_back(std::move(s));
   }
   if (!found)
     throw UserError("tracks.ar.rollout.replay_dir: no dumped rollout for step " + std::to_string(step) + " in " + dir);
   return out;
 }
+
+int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
+
+int64_t ArTrack::ar_prompts_per_step() const { return config_.tracks.ar.rollout.prompts_per_step; }
 
 void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
   if (comms_.tp->rank() != 0 || comms_.cp->rank() != 0) return;  // tp / cp peers hold the same samples
@@ -225,6 +272,8 @@ void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metri
   metrics["response/len_mean"] = n > 0 ? st[3].item<double>() / n : 0;
   metrics["response/len_max"] = mx.item<double>();
   metrics["rollout/samples"] = n;
+  // Generated tokens of every dp rank over this rank's generation time (tp / cp peers count once).
+  if (metrics["time/generate_s"] > 0) metrics["perf/rollout_tokens_per_s"] = st[3].item<double>() / metrics["time/generate_s"];
 }
 
 void ArTrack::set_advantages(std::vector<ArSample>& local) const {
@@ -427,6 +476,7 @@ void ArTrack::reduce_entropy(const double entropy[2], MetricMap& metrics) const 
 void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
   const auto t0 = std::chrono::steady_clock::now();
   UpdateOptions o = update_;
+  o.after_backward = [this] { after_backward(); };
   o.loss_weight = weight;
   const auto& micros = schedule_.minis[mini].ranks[dp_rank_].micros;
   for (size_t k = 0; k < micros.size(); ++k) {
@@ -471,8 +521,19 @@ void ArTrack::refresh_reference() {
 }
 
 void ArTrack::save(const std::string& dir) {
-  policy_->save(dir + "/ar_model", comms_.world->rank() == 0);
-  if (reference_) reference_->save(dir + "/ar_reference", comms_.world->rank() == 0);
+  const bool writer = comms_.world->rank() == 0;
+  policy_->save(dir + "/ar_model", writer);
+  if (reference_) reference_->save(dir + "/ar_reference", writer);
+  if (!writer || !unified_.is_empty()) return;
+  // ar_model/ is a complete Hugging Face directory: export copies it, generate --model reads it.
+  const ArTrackConfig& ar = config_.tracks.ar;
+  HfDirCompanions c;
+  c.source = source_ ? &*source_ : nullptr;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) c.tokenizer_path = ar.tokenizer.path;
+  if (format_->template_from_file()) c.chat_template = format_->template_source();
+  c.stop_ids = format_->stop_ids();
+  c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer_->bos_id();
+  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(dir + "/ar_model", c);
 }
 
 void ArTrack::load(const std::string& dir) {

@@ -9,6 +9,8 @@
 
 #include "core/config.h"
 #include "core/exchange.h"
+#include "core/model_dir.h"
+#include "core/prompt_format.h"
 #include "core/text_policy.h"
 #include "core/policy_update.h"
 #include "core/rewards/reward_fn.h"
@@ -22,6 +24,9 @@ namespace tandem {
 // The samples of `mine` (sorted by index) that `micro`'s directory positions name.
 std::vector<const ArSample*> samples_of(const MicroBatch& micro, const RolloutDirectory& directory,
                                         const std::vector<ArSample>& mine);
+
+// The recipe's chat template, system prompt, tokenizer and model stop ids as PromptFormat options.
+PromptFormatOptions prompt_format_options(const ArTrackConfig& ar);
 
 // The task's prompt stream for `seed`, with the recipe's digit range for synthetic tasks.
 std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& data, int64_t seed);
@@ -57,6 +62,7 @@ class ArTrack final : public Track {
   // with it under tracks.image.model.arch shared), else empty.
   models::UnifiedModel unified_model() const { return unified_; }
   const models::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const PromptFormat& prompt_format() const { return *format_; }
 
   // This rank's share (over comms.dp) of `step`'s prompts: sampled and scored, no advantages.
   std::vector<ArSample> rollout(int64_t step, MetricMap& metrics);
@@ -82,6 +88,8 @@ class ArTrack final : public Track {
   // ref_logp_ exactly as the plain path would. Returns every local sample (for the metrics).
   std::vector<ArSample> prepare_overlapped(int64_t step, MetricMap& metrics);
   std::vector<ArSample> replay(int64_t step);
+  int64_t policy_vocab_size() const;
+  int64_t ar_prompts_per_step() const;
   void dump(int64_t step, const std::vector<ArSample>& samples) const;
   std::vector<const ArSample*> micro_samples(const MicroBatch& micro) const;
   // No-grad per-token log-probs of every micro of this rank in `schedule` under `policy`, (N)
@@ -96,6 +104,8 @@ class ArTrack final : public Track {
   torch::Device device_;
   torch::Dtype dtype_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
+  std::unique_ptr<PromptFormat> format_;
+  std::optional<ModelDir> source_;  // tracks.ar.model.hf_dir (a Llama / Qwen2), for complete checkpoints
   std::unique_ptr<TextPolicy> policy_;
   std::unique_ptr<TextPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one

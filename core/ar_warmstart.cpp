@@ -30,12 +30,10 @@ double ArTrack::warmstart_step(int64_t step) {
   double local_tokens = 0;
   for (const auto& p : shard) {
     ArSample s;
-    if (auto bos = tokenizer_->bos_id()) s.tokens.push_back(*bos);
-    const auto prompt = tokenizer_->encode(p.prompt.text);
-    s.tokens.insert(s.tokens.end(), prompt.begin(), prompt.end());
+    s.tokens = format_->encode(p.prompt.text);
     s.prompt_len = static_cast<int64_t>(s.tokens.size());
     auto answer = tokenizer_->encode(p.prompt.answer);
-    if (auto eos = tokenizer_->eos_id()) answer.push_back(*eos);
+    if (!format_->stop_ids().empty()) answer.push_back(format_->stop_ids().front());  // ends like a response
     s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
     s.response_mask.assign(answer.size(), 1);
     local_tokens += static_cast<double>(answer.size());

@@ -3,9 +3,12 @@
 #include "core/blas_kernel.h"
 
 #include <dlfcn.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -73,6 +76,19 @@ std::string blas_description() {
   if (const char* seen = std::getenv(kSeenVar)) out += std::string(" (chosen by tandem: OpenBLAS saw ") + seen + ")";
   else if (std::getenv("OPENBLAS_CORETYPE")) out += " (OPENBLAS_CORETYPE)";
   return out;
+}
+
+double gemm_gflops(int64_t n, int repeats) {
+  const torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  const int inner = n >= 2048 ? 1 : 10;
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) c = torch::mm(a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / inner);
+  }
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best / 1e9;
 }
 
 }  // namespace tandem

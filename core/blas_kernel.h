@@ -5,6 +5,7 @@
 // process re-executes itself once with it set. A value the user set is never touched.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tandem {
@@ -29,5 +30,9 @@ void select_blas_kernel(char** argv);
 
 // One line for the logs: "OpenBLAS SkylakeX kernels (chosen by tandem: OpenBLAS saw Prescott)".
 std::string blas_description();
+
+// Best-of-`repeats` float32 (n, n) x (n, n) torch::mm rate in GFLOP/s on the current threads: the
+// rate every figure depends on, printed beside them because BLAS speed differs per machine.
+double gemm_gflops(int64_t n = 512, int repeats = 5);
 
 }  // namespace tandem

@@ -2,17 +2,22 @@
 // cross-field rules below. All failures are UserError with the key path in the message.
 #include "core/config.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
+#include "common/regular_file.h"
+#include "core/model_dir.h"
 #include "parallel/parallel_dims.h"
 
 namespace tandem {
 
-Config config_from_yaml_node(const YAML::Node& root);  // config_schema.cpp
+Config config_from_yaml_node(const YAML::Node& root, std::set<std::string>* given);  // config_schema.cpp
 extern const char* const kEmbeddedQuickstart;          // generated from configs/quickstart.yaml
 
 const std::vector<std::string>& ar_task_names() {
@@ -50,6 +55,8 @@ int64_t image_tokens_per_sample(const ImageModelConfig& model) {
 
 namespace {
 
+void check_keys(const YAML::Node& node, const std::string& source, const std::string& path);
+
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -62,12 +69,14 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     if (part.empty()) throw UserError("--set '" + assignment + "': empty component in key path");
     parts.push_back(part);
   }
+  if (path.back() == '.') throw UserError("--set '" + assignment + "': empty component in key path (trailing '.')");
   YAML::Node value;
   try {
     value = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw UserError("--set " + path + ": cannot parse value '" + text + "': " + e.msg);
   }
+  check_keys(value, "--set " + path + " value", path);
   // Walk with fresh handles: assigning one yaml-cpp Node to another copies content, not the handle.
   YAML::Node node = root;
   std::string walked;
@@ -83,6 +92,11 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     node.reset(child);
   }
   node[parts.back()] = value;
+}
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
 std::string track_path(const char* track, const char* key) { return std::string("tracks.") + track + "." + key; }
@@ -109,10 +123,17 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   const ArTrackConfig& ar = c.tracks.ar;
   const ArModelConfig& m = ar.model;
   const std::string mp = "tracks.ar.model";
-  require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
+  require(m.head_dim || m.hidden_size % m.num_heads == 0, mp + ".num_heads",
           std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
-  require((m.hidden_size / m.num_heads) % 2 == 0, mp + ".hidden_size",
-          "head dimension " + std::to_string(m.hidden_size / m.num_heads) + " must be even for RoPE");
+  const int64_t head_dim = m.head_dim ? *m.head_dim : m.hidden_size / m.num_heads;
+  require(head_dim % 2 == 0, m.head_dim ? mp + ".head_dim" : mp + ".hidden_size",
+          "head dimension " + std::to_string(head_dim) + " must be even for RoPE");
+  if (m.rope_scaling.type == RopeType::kLlama3) {
+    require(m.rope_scaling.original_max_seq_len > 0, mp + ".rope_scaling.original_max_seq_len",
+            "must be > 0 for rope_scaling type llama3");
+    require(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor, mp + ".rope_scaling.high_freq_factor",
+            "must exceed low_freq_factor");
+  }
   require(m.num_heads % m.num_kv_heads == 0, mp + ".num_kv_heads",
           std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
   if (m.arch == "unified") {
@@ -121,6 +142,9 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
             "must equal num_heads (" + std::to_string(m.num_heads) + "): its attention is multi-head" + why);
     require(!m.tie_embeddings, mp + ".tie_embeddings", "must be false: its LM head is untied" + why);
     require(!m.qkv_bias, mp + ".qkv_bias", "must be false: its projections have no biases" + why);
+    require(!m.head_dim || *m.head_dim * m.num_heads == m.hidden_size, mp + ".head_dim",
+            "must be null or hidden_size / num_heads" + why);
+    require(m.rope_scaling.type == RopeType::kNone, mp + ".rope_scaling.type", "must be none" + why);
     require(c.parallel.tp == 1 && c.parallel.cp == 1, mp + ".arch",
             "unified runs with parallel.tp: 1 and parallel.cp: 1 (its layers have no tensor- or context-parallel "
             "form yet); scale it with dp");
@@ -130,6 +154,20 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
     require(im.image_size % im.patch_size == 0, "tracks.image.model.patch_size",
             std::to_string(im.patch_size) + " does not divide image_size " + std::to_string(im.image_size) +
                 " (the image side of tracks.ar.model.arch unified)");
+  }
+  if (!m.hf_dir) {
+    // A fresh model is sized from these keys: refuse one this machine cannot hold before anything
+    // is allocated (float32 weights, gradients and two AdamW moments: 16 bytes a parameter).
+    const double d = static_cast<double>(m.hidden_size), f = static_cast<double>(m.intermediate_size);
+    const double hd = static_cast<double>(head_dim), v = static_cast<double>(m.vocab_size);
+    const double per_layer = d * hd * static_cast<double>(2 * m.num_heads + 2 * m.num_kv_heads) + 3 * d * f + 2 * d;
+    const double params = v * d * (m.tie_embeddings ? 1 : 2) + static_cast<double>(m.num_layers) * per_layer + d;
+    const double need = params * 16, have = physical_memory_bytes();
+    require(have <= 0 || need <= have, mp,
+            "a model of " + std::to_string(static_cast<int64_t>(params)) + " parameters needs about " +
+                std::to_string(static_cast<int64_t>(need / (1 << 30))) + " GiB for float32 weights, gradients and "
+                "AdamW state, more than this machine's " + std::to_string(static_cast<int64_t>(have / (1 << 30))) +
+                " GiB; lower its dimensions");
   }
   require(ar.rollout.max_new_tokens < m.max_seq_len, "tracks.ar.rollout.max_new_tokens",
           std::to_string(ar.rollout.max_new_tokens) + " leaves no room for a prompt within model.max_seq_len " +
@@ -212,6 +250,11 @@ void validate_image(const Config& c) {
   require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
           std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
   require(im.sampler.eval_steps >= 1 && im.sampler.steps >= 1, "tracks.image.sampler.steps", "must be >= 1");
+  // Dumping and replaying rollouts exist for the AR track only; accepting the keys here would
+  // silently do nothing.
+  require(!im.rollout.dump, "tracks.image.rollout.dump", "is not implemented for the image track; set it to false");
+  require(!im.rollout.replay_dir, "tracks.image.rollout.replay_dir",
+          "is not implemented for the image track; remove it");
   if (m.arch == "shared") {
     const ArTrackConfig& ar = c.tracks.ar;
     require(ar.enabled && ar.model.arch == "unified", mp + ".arch",
@@ -259,45 +302,84 @@ void validate(const Config& c, int64_t world_size) {
 
 namespace {
 
+std::string line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? std::to_string(n.Mark().line + 1) : "?"; }
+
+// YAML lets a key repeat (the parser keeps the last) and lets a key be a list or a mapping; in a
+// recipe both are mistakes (a section pasted twice, a stray '?'), so they are refused with lines.
+void check_keys(const YAML::Node& node, const std::string& source, const std::string& path) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) check_keys(node[i], source, path + "[" + std::to_string(i) + "]");
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, std::string> first_line;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar())
+      throw UserError(source + ":" + line_of(kv.first) + ": a key " + (path.empty() ? "" : "in " + path + " ") +
+                      "must be a plain name, not a " + (kv.first.IsSequence() ? "list" : "mapping"));
+    const std::string key = kv.first.Scalar();
+    const std::string at = path.empty() ? key : path + "." + key;
+    const auto [it, fresh] = first_line.emplace(key, line_of(kv.first));
+    if (!fresh)
+      throw UserError(source + ":" + line_of(kv.first) + ": " + at + " is given twice (first at line " + it->second +
+                      "); remove one of them");
+    check_keys(kv.second, source, at);
+  }
+}
+
 YAML::Node parse_recipe(const std::string& yaml_text, const std::string& source_name) {
+  YAML::Node root;
   try {
-    return YAML::Load(yaml_text);
+    root = YAML::Load(yaml_text);
   } catch (const YAML::ParserException& e) {
     throw UserError(source_name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                     ": YAML parse error: " + e.msg);
   }
+  check_keys(root, source_name, "");
+  return root;
 }
 
 Config load_config_from_node(YAML::Node root, const std::string& source_name,
-                             const std::vector<std::string>& overrides) {
+                             const std::vector<std::string>& overrides, bool resolve) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw UserError(source_name + ": the recipe must be a mapping of sections (run, tracks, ...)");
   for (const auto& o : overrides) apply_override(root, o);
-  Config config = config_from_yaml_node(root);
+  std::set<std::string> given;
+  Config config = config_from_yaml_node(root, &given);
+  if (resolve) resolve_model_dir(config, given);
   validate(config);
   return config;
+}
+
+std::string read_recipe_file(const std::string& path) {
+  require_regular_file(path, "the recipe ");
+  std::ifstream in(path);
+  if (!in) throw UserError(path + ": cannot open recipe file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
 }
 
 }  // namespace
 
 Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
                                const std::vector<std::string>& overrides) {
-  return load_config_from_node(parse_recipe(yaml_text, source_name), source_name, overrides);
+  return load_config_from_node(parse_recipe(yaml_text, source_name), source_name, overrides, true);
+}
+
+Config load_saved_config(const std::string& path) {
+  return load_config_from_node(parse_recipe(read_recipe_file(path), path), path, {}, false);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return load_config_from_string(kEmbeddedQuickstart, "<embedded quickstart>", overrides);
-  std::ifstream in(path);
-  if (!in) throw UserError(path + ": cannot open recipe file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  YAML::Node root = parse_recipe(buffer.str(), path);
+  YAML::Node root = parse_recipe(read_recipe_file(path), path);
   // A named file that holds nothing is a mistake (wrong file, truncated copy), not a request for
   // the defaults, which every key left out already gets.
   if (root.IsNull())
     throw UserError(path + ": the recipe file has no keys (it is empty or only comments); write the recipe into it, "
                     "or leave out --config to run the default recipe");
-  return load_config_from_node(root, path, overrides);
+  return load_config_from_node(root, path, overrides, true);
 }
 
 }  // namespace tandem

@@ -64,6 +64,18 @@ struct RewardConfig {
   double timeout_s = 30.0;
 };
 
+struct RopeScalingConfig {
+  RopeType type = RopeType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;     // llama3
+  double high_freq_factor = 4.0;    // llama3
+  int64_t original_max_seq_len = 0; // llama3: HF's original_max_position_embeddings
+};
+
+// With hf_dir (a Hugging Face Llama / Qwen2 directory) config.json is the source of truth: every
+// architecture key below is filled from it when the recipe loads (resolve_model_dir), a key the
+// recipe gives must agree with it, and max_seq_len may only lower the model's context. Without
+// hf_dir the keys describe a fresh randomly initialised model.
 struct ArModelConfig {
   std::optional<std::string> hf_dir;  // llama: a Hugging Face directory; unified: a save_unified one
   // llama: a decoder-only LM; unified: the shared text + image transformer (models/unified), its
@@ -80,6 +92,10 @@ struct ArModelConfig {
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
   bool qkv_bias = false;
+  std::optional<int64_t> head_dim;  // null: hidden_size / num_heads
+  RopeScalingConfig rope_scaling;
+  std::optional<int64_t> bos_token_id;  // the model's own (config.json / generation_config.json)
+  std::vector<int64_t> eos_token_ids;   // every id that ends a response (config + generation_config)
 };
 
 struct TokenizerConfig {
@@ -97,6 +113,10 @@ struct ArDataConfig {
   // Digit counts of the built-in synthetic tasks (null: the task's default range).
   std::optional<int64_t> min_digits;
   std::optional<int64_t> max_digits;
+  // auto: the tokenizer's chat template (tokenizer_config.json beside tokenizer.json) when it has
+  // one, raw prompt text otherwise; none: raw text; anything else: a Jinja template file.
+  std::string chat_template = "auto";
+  std::optional<std::string> system_prompt;  // a system turn before each prompt (needs a template)
 };
 
 struct ArRolloutConfig {
@@ -272,12 +292,17 @@ const std::vector<std::string>& image_task_names();
 const std::vector<std::string>& image_reward_names();
 
 // Loads `path` (or the embedded quickstart recipe when path is empty), applies `overrides`
-// ("a.b.c=value", the value parsed as YAML and converted to the key's type), and validates.
-// Throws UserError with a one-line message naming the key path; a file with no keys at all
-// (empty, only comments) is a UserError naming the file, not a request for the defaults.
+// ("a.b.c=value", the value parsed as YAML and converted to the key's type), resolves the model
+// directory (tracks.ar.model.hf_dir: config.json fills the architecture keys, see ArModelConfig)
+// and validates. Throws UserError with a one-line message naming the key path; a file with no
+// keys at all (empty, only comments) is a UserError naming the file, not a request for the defaults.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
                                const std::vector<std::string>& overrides);
+
+// A recipe a run saved (recipe.yaml of a run or checkpoint): already resolved, so the model
+// directory it names is not opened again (it may be gone; the checkpoint holds the weights).
+Config load_saved_config(const std::string& path);
 
 // Cross-field rules; world_size > 0 also checks the parallel layout against it.
 void validate(const Config& config, int64_t world_size = 0);

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "core/config_schema.h"
@@ -110,7 +111,10 @@ E parse_enum_node(const std::string& path, const YAML::Node& node) {
 
 class Loader {
  public:
-  Loader(YAML::Node node, std::string path) : node_(std::move(node)), path_(std::move(path)) {
+  // `given` (optional) collects the path of every key the YAML sets, so later steps can tell a
+  // value the user wrote from a default.
+  Loader(YAML::Node node, std::string path, std::set<std::string>* given = nullptr)
+      : node_(std::move(node)), path_(std::move(path)), given_(given) {
     if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap())
       fail(path_.empty() ? "recipe" : path_, "expected a mapping of keys, got " + describe_node(node_));
   }
@@ -149,7 +153,7 @@ class Loader {
     T value = ref.value_or(T{});
     YAML::Node one;
     one[key] = *n;
-    Loader inner(one, path_);
+    Loader inner(one, path_, nullptr);
     inner.field(key, value, extra...);
     ref = value;
   }
@@ -165,6 +169,18 @@ class Loader {
       const std::string p = at(key) + "[" + std::to_string(i) + "]";
       ref.push_back(parse_double(p, (*n)[i]));
       check_range(p, ref.back(), r, false);
+    }
+  }
+  void field(const char* key, std::vector<int64_t>& ref, schema::Range r) {
+    auto n = take(key);
+    if (!n) return;
+    ref.clear();
+    if (n->IsNull()) return;
+    if (!n->IsSequence()) fail(at(key), "expected a list of integers, got " + describe_node(*n));
+    for (size_t i = 0; i < n->size(); ++i) {
+      const std::string p = at(key) + "[" + std::to_string(i) + "]";
+      ref.push_back(parse_int(p, (*n)[i]));
+      check_range(p, static_cast<double>(ref.back()), r, true);
     }
   }
   void field(const char* key, std::vector<std::string>& ref) {
@@ -193,7 +209,7 @@ class Loader {
   template <class S>
   void section(const char* key, S& s) {
     declared_.push_back(key);
-    Loader inner(node_.IsMap() ? node_[key] : YAML::Node(), at(key));
+    Loader inner(node_.IsMap() ? node_[key] : YAML::Node(), at(key), given_);
     schema::visit(inner, s);
     inner.finish();
   }
@@ -224,12 +240,14 @@ class Loader {
     if (!node_.IsMap()) return std::nullopt;
     YAML::Node n = node_[key];
     if (!n.IsDefined()) return std::nullopt;
+    if (given_) given_->insert(at(key));
     return n;
   }
   std::string at(const std::string& key) const { return join_path(path_, key); }
 
   YAML::Node node_;
   std::string path_;
+  std::set<std::string>* given_;
   std::vector<std::string> declared_;
 };
 
@@ -263,6 +281,11 @@ class Dumper {
     for (double x : ref) out_ << format_double(x);
     out_ << YAML::EndSeq;
   }
+  void field(const char* key, std::vector<int64_t>& ref, schema::Range) {
+    out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int64_t x : ref) out_ << x;
+    out_ << YAML::EndSeq;
+  }
   void field(const char* key, std::vector<std::string>& ref) {
     out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const auto& s : ref) out_ << YAML::DoubleQuoted << s;
@@ -283,9 +306,9 @@ class Dumper {
 }  // namespace
 
 // Defined here (not in config.cpp) because only the walkers know YAML::Node.
-Config config_from_yaml_node(const YAML::Node& root) {
+Config config_from_yaml_node(const YAML::Node& root, std::set<std::string>* given) {
   Config config;
-  Loader loader(root, "");
+  Loader loader(root, "", given);
   schema::visit(loader, config);
   loader.finish();
   return config;

@@ -72,21 +72,36 @@ template <class V> void visit(V& v, RewardConfig& c) {
   v.field("timeout_s", c.timeout_s, above(0));
 }
 
+template <class V> void visit(V& v, RopeScalingConfig& c) {
+  v.field("type", c.type);
+  v.field("factor", c.factor, at_least(1));
+  v.field("low_freq_factor", c.low_freq_factor, above(0));
+  v.field("high_freq_factor", c.high_freq_factor, above(0));
+  v.field("original_max_seq_len", c.original_max_seq_len, at_least(0));
+}
+
 template <class V> void visit(V& v, ArModelConfig& c) {
   v.field("hf_dir", c.hf_dir);
   v.choice("arch", c.arch, {"llama", "unified"});
-  v.field("vocab_size", c.vocab_size, at_least(1));
-  v.field("hidden_size", c.hidden_size, at_least(1));
-  v.field("num_layers", c.num_layers, at_least(1));
-  v.field("num_heads", c.num_heads, at_least(1));
-  v.field("num_kv_heads", c.num_kv_heads, at_least(1));
-  v.field("intermediate_size", c.intermediate_size, at_least(1));
-  v.field("max_seq_len", c.max_seq_len, at_least(2));
+  // Far beyond any real model, far below what overflows a size: config.json gets the same bound.
+  const Range dim = closed(1, 16777216);
+  v.field("vocab_size", c.vocab_size, dim);
+  v.field("hidden_size", c.hidden_size, dim);
+  v.field("num_layers", c.num_layers, dim);
+  v.field("num_heads", c.num_heads, dim);
+  v.field("num_kv_heads", c.num_kv_heads, dim);
+  v.field("intermediate_size", c.intermediate_size, dim);
+  v.field("max_seq_len", c.max_seq_len, closed(2, 16777216));
   v.field("rope_theta", c.rope_theta, above(0));
   v.field("rms_eps", c.rms_eps, above(0));
   v.field("tie_embeddings", c.tie_embeddings);
   v.field("qkv_bias", c.qkv_bias);
+  v.field("head_dim", c.head_dim, closed(2, 16777216));
+  v.section("rope_scaling", c.rope_scaling);
+  v.field("bos_token_id", c.bos_token_id, at_least(0));
+  v.field("eos_token_ids", c.eos_token_ids, at_least(0));
 }
+
 
 template <class V> void visit(V& v, TokenizerConfig& c) {
   v.field("kind", c.kind);
@@ -102,6 +117,8 @@ template <class V> void visit(V& v, ArDataConfig& c) {
   v.field("shuffle", c.shuffle);
   v.field("min_digits", c.min_digits, closed(1, 9));
   v.field("max_digits", c.max_digits, closed(1, 9));
+  v.field("chat_template", c.chat_template);
+  v.field("system_prompt", c.system_prompt);
 }
 
 template <class V> void visit(V& v, ArRolloutConfig& c) {
@@ -162,13 +179,13 @@ template <class V> void visit(V& v, ArTrackConfig& c) {
 
 template <class V> void visit(V& v, ImageModelConfig& c) {
   v.choice("arch", c.arch, {"dit", "shared"});
-  v.field("image_size", c.image_size, at_least(1));
-  v.field("channels", c.channels, at_least(1));
-  v.field("patch_size", c.patch_size, at_least(1));
-  v.field("hidden_size", c.hidden_size, at_least(1));
-  v.field("num_layers", c.num_layers, at_least(1));
-  v.field("num_heads", c.num_heads, at_least(1));
-  v.field("num_classes", c.num_classes, at_least(1));
+  v.field("image_size", c.image_size, closed(1, 4096));
+  v.field("channels", c.channels, closed(1, 64));
+  v.field("patch_size", c.patch_size, closed(1, 4096));
+  v.field("hidden_size", c.hidden_size, closed(1, 65536));
+  v.field("num_layers", c.num_layers, closed(1, 4096));
+  v.field("num_heads", c.num_heads, closed(1, 4096));
+  v.field("num_classes", c.num_classes, closed(1, 1000000));
 }
 
 template <class V> void visit(V& v, ImageDataConfig& c) { v.choice("task", c.task, image_task_names()); }

@@ -10,7 +10,8 @@
 
 namespace tandem {
 
-enum class DType { kFloat32, kBFloat16, kFloat64 };
+// bfloat16: bf16 compute with float32 master weights and AdamW state; bfloat16-pure: everything bf16.
+enum class DType { kFloat32, kBFloat16, kFloat64, kBFloat16Pure };
 enum class Device { kAuto, kCpu, kCuda };
 enum class Backend { kAuto, kMpi, kNccl };
 enum class LrSchedule { kConstant, kCosine, kLinear };
@@ -21,6 +22,7 @@ enum class KlEstimator { kK1, kK2, kK3 };
 enum class OldLogp { kRecompute, kRollout, kReuse };
 enum class BatchLayout { kAuto, kPacked, kPadded };
 enum class CfgGrad { kFull, kCondOnly };
+enum class RopeType { kNone, kLinear, kLlama3 };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -31,8 +33,8 @@ struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E
     static constexpr std::array<std::pair<E, const char*>, N> kNames{{__VA_ARGS__}}; \
   };
 
-TANDEM_ENUM_NAMES(DType, 3, {DType::kFloat32, "float32"}, {DType::kBFloat16, "bfloat16"},
-                  {DType::kFloat64, "float64"})
+TANDEM_ENUM_NAMES(DType, 4, {DType::kFloat32, "float32"}, {DType::kBFloat16, "bfloat16"},
+                  {DType::kFloat64, "float64"}, {DType::kBFloat16Pure, "bfloat16-pure"})
 TANDEM_ENUM_NAMES(Device, 3, {Device::kAuto, "auto"}, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"})
 TANDEM_ENUM_NAMES(Backend, 3, {Backend::kAuto, "auto"}, {Backend::kMpi, "mpi"}, {Backend::kNccl, "nccl"})
 TANDEM_ENUM_NAMES(LrSchedule, 3, {LrSchedule::kConstant, "constant"}, {LrSchedule::kCosine, "cosine"},
@@ -49,6 +51,7 @@ TANDEM_ENUM_NAMES(OldLogp, 3, {OldLogp::kRecompute, "recompute"}, {OldLogp::kRol
 TANDEM_ENUM_NAMES(BatchLayout, 3, {BatchLayout::kAuto, "auto"}, {BatchLayout::kPacked, "packed"},
                   {BatchLayout::kPadded, "padded"})
 TANDEM_ENUM_NAMES(CfgGrad, 2, {CfgGrad::kFull, "full"}, {CfgGrad::kCondOnly, "cond_only"})
+TANDEM_ENUM_NAMES(RopeType, 3, {RopeType::kNone, "none"}, {RopeType::kLinear, "linear"}, {RopeType::kLlama3, "llama3"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

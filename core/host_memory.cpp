@@ -2,6 +2,8 @@
 // CPU allocator), so calling this before the first tensor is enough.
 #include "core/host_memory.h"
 
+#include <fstream>
+
 #include <cstdlib>
 
 #if defined(__GLIBC__)
@@ -48,5 +50,13 @@ const HostMemoryPolicy& keep_freed_host_memory() {
 }
 
 std::string host_memory_description() { return g_ran ? g_applied.why : ""; }
+
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // "VmHWM:   123 kB"
+  return 0;
+}
 
 }  // namespace tandem

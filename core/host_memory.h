@@ -28,6 +28,9 @@ HostMemoryPolicy choose_host_memory_policy(const std::function<std::optional<std
 // only; elsewhere it changes nothing and says so). Returns what it did.
 const HostMemoryPolicy& keep_freed_host_memory();
 
+// This process's peak resident set size in bytes (VmHWM of /proc/self/status), 0 where unknown.
+int64_t peak_rss_bytes();
+
 // One line for the logs and the bench JSON: what keep_freed_host_memory() did, "" before it ran.
 std::string host_memory_description();
 

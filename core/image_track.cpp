@@ -399,6 +399,7 @@ void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
       const AggregatedLoss agg =
           aggregate_loss(per_sample, ones, idx, geometry_.loss_agg_mode, micros[m].denominators, seq_tokens);
       if (agg.loss.requires_grad()) (agg.loss * weight).backward();
+      after_backward();
       loss_sum_ += agg.loss.item<double>();
       const PolicyStats st = policy_stats(pl, logp, old, ones);
       stats_.tokens += st.tokens, stats_.clipped += st.clipped, stats_.approx_kl_sum += st.approx_kl_sum;

@@ -92,6 +92,15 @@ models::LlamaConfig llama_config(const ArModelConfig& m) {
   c.rms_eps = m.rms_eps;
   c.tie_embeddings = m.tie_embeddings;
   c.qkv_bias = m.qkv_bias;
+  if (m.head_dim && (m.num_heads <= 0 || *m.head_dim * m.num_heads != m.hidden_size)) c.explicit_head_dim = *m.head_dim;
+  const RopeScalingConfig& r = m.rope_scaling;
+  c.rope_scaling.kind = r.type == RopeType::kLinear   ? models::RopeScalingKind::kLinear
+                        : r.type == RopeType::kLlama3 ? models::RopeScalingKind::kLlama3
+                                                      : models::RopeScalingKind::kNone;
+  c.rope_scaling.factor = r.factor;
+  c.rope_scaling.low_freq_factor = r.low_freq_factor;
+  c.rope_scaling.high_freq_factor = r.high_freq_factor;
+  c.rope_scaling.original_max_seq_len = r.original_max_seq_len;
   return c;
 }
 

@@ -164,6 +164,7 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   const torch::Tensor& objective = fused ? out_model.loss : agg.loss;  // ()
   const auto t1 = std::chrono::steady_clock::now();
   if (objective.requires_grad()) (o.loss_weight == 1 ? objective : objective * o.loss_weight).backward();
+  if (o.after_backward) o.after_backward();
   const auto t2 = std::chrono::steady_clock::now();
   out.loss = agg.loss.item<double>();
   out.zero_denominator = agg.zero_denominator;

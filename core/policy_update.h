@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -54,6 +55,8 @@ struct UpdateOptions {
   // Fuse the loss into the lm head when the model can and the loss is token-separable (the
   // token ratio; GSPO's sequence ratio needs every token's log-prob first). Same gradient.
   bool fuse_head = true;
+  // Runs right after the micro's backward (mixed precision: moves the gradient to the master).
+  std::function<void()> after_backward;
 };
 
 // Sums over micros and ranks (add them, then divide where a mean is wanted).

@@ -13,9 +13,13 @@ namespace tandem {
 
 struct RankRuntime {
   torch::Device device{torch::kCPU};
-  torch::Dtype dtype = torch::kFloat32;
+  torch::Dtype dtype = torch::kFloat32;  // the compute dtype of the models
+  bool master_weights = false;           // run.dtype bfloat16: float32 master weights and optimizer state
   CpuBudget cpus;  // what the thread count was derived from (for the start-up log)
 };
+
+// The dtype models compute in: bfloat16 for both bfloat16 modes.
+torch::Dtype compute_dtype(DType dtype);
 
 // Picks the device (cuda:local_rank mod devices under auto / cuda; UserError when cuda is asked
 // for and none is visible) and the dtype, and sets the intra-op thread count deliberately: under

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,18 @@ class Track {
   virtual void load(const std::string& dir) = 0;
   virtual nlohmann::json state() const = 0;          // e.g. the data cursor
   virtual void restore(const nlohmann::json& state) = 0;
+
+  // Called after every backward of a training micro (mixed precision moves the gradient into
+  // its float32 master there, master_weights.h). Unset: nothing runs.
+  void set_after_backward(std::function<void()> fn) { after_backward_ = std::move(fn); }
+
+ protected:
+  void after_backward() const {
+    if (after_backward_) after_backward_();
+  }
+
+ private:
+  std::function<void()> after_backward_;
 };
 
 }  // namespace tandem

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -21,9 +22,12 @@
 #include "core/blas_kernel.h"
 #include "core/host_memory.h"
 #include "core/checkpoint.h"
+#include "core/checkpoint_manifest.h"
+#include "common/regular_file.h"
 #include "core/cpu_threads.h"
 #include "core/image_track.h"
 #include "core/lr_schedule.h"
+#include "core/master_weights.h"
 #include "core/policy_update.h"
 #include "core/rank_runtime.h"
 #include "core/rollout_bridge.h"
@@ -51,6 +55,22 @@ void maybe_kill(const char* where, int64_t step) {
 }  // namespace
 
 std::string run_directory(const Config& c) { return c.run.out_dir + "/" + c.run.name; }
+
+namespace {
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+}  // namespace
+
+std::string recipe_hash(const std::string& recipe_yaml) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(xxh64(recipe_yaml.data(), recipe_yaml.size())));
+  return hex;
+}
 
 std::string incompatible_change(const Config& saved, const Config& current) {
   // Compare only what a checkpoint's tensors depend on, through the resolved YAML text.
@@ -84,7 +104,9 @@ struct Trainer::Impl {
   std::string run_dir;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat32;
+  bool master_weights = false;  // run.dtype bfloat16: float32 master weights (master_weights.h)
   std::vector<std::unique_ptr<Track>> tracks;
+  std::unique_ptr<MasterWeights> master;  // set with master_weights
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<MetricsWriter> metrics;
   int64_t start_step = 0;
@@ -118,17 +140,22 @@ struct Trainer::Impl {
 
   void setup_device() {
     const RankRuntime rt = setup_rank_runtime(config.run, options.local_rank, options.local_ranks);
-    device = rt.device, dtype = rt.dtype;
+    device = rt.device, dtype = rt.dtype, master_weights = rt.master_weights;
     const CpuBudget& cpus = rt.cpus;
-    spdlog::info("tandem: {} | device {} | dtype {} | {} local ranks on {} | {} intra-op threads per rank ({}) | {} | {}",
-                 dims.to_string(), device.str(), to_string(config.run.dtype), options.local_ranks, describe(cpus),
+    spdlog::info("tandem: {} | device {} | dtype {}{} | {} local ranks on {} | {} intra-op threads per rank ({}) | {} "
+                 "(GEMM {:.0f} GFLOP/s, float32 512^2 on these threads) | {}",
+                 dims.to_string(), device.str(), to_string(config.run.dtype),
+                 master_weights ? " (bf16 compute, float32 master weights, AdamW state and gradient reduction)" : "",
+                 options.local_ranks, describe(cpus),
                  torch::get_num_threads(), config.run.threads > 0 ? "run.threads" : "auto", blas_description(),
-                 host_memory_description());
+                 device.is_cpu() ? gemm_gflops(512, 3) : 0.0, host_memory_description());
     if (config.train.overlap) {
       const int n = torch::get_num_threads();
-      spdlog::info("train.overlap: two threads per rank while sampling: the sampler with {} intra-op threads, the "
-                   "old/ref log-prob forward with {} (with 1 thread per rank both share one core)",
-                   std::max(1, n - n / 2), std::max(1, n / 2));
+      spdlog::info("train.overlap: while sampling, the sampler runs on {} intra-op thread{} and the old/ref log-prob "
+                   "forward on {} (training's count, so its log-probs are training's to the bit); {} threads on this "
+                   "rank's {} core{}",
+                   std::max(1, n - n / 2), std::max(1, n - n / 2) == 1 ? "" : "s", n, std::max(1, n - n / 2) + n, n,
+                   n == 1 ? "" : "s");
     }
   }
 
@@ -145,9 +172,24 @@ struct Trainer::Impl {
                                                     shared ? ar->unified_model() : models::UnifiedModel{nullptr},
                                                     shared ? &ar->tokenizer() : nullptr));
     }
+    if (master_weights) {
+      master = std::make_unique<MasterWeights>(all_parameters());
+      for (auto& t : tracks) t->set_after_backward([this] { master->accumulate_grads(); });
+    }
     const auto& o = config.optim;
     optimizer = std::make_unique<torch::optim::AdamW>(
-        all_parameters(), torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+        trained_parameters(),
+        torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+  }
+
+  // What the optimizer steps: the float32 master under mixed precision, else the model's own.
+  std::vector<torch::Tensor> trained_parameters() { return master ? master->master() : all_parameters(); }
+
+  // fn with the float32 master in the model under mixed precision (checkpoint I/O, phases with
+  // their own optimizer), else fn as it is.
+  void on_master(const std::function<void()>& fn) {
+    if (master) master->with_master_in_model(fn);
+    else fn();
   }
 
   // Every track's parameters, each tensor once: with a shared model both tracks name the same
@@ -192,18 +234,61 @@ struct Trainer::Impl {
     return std::stoll(name.substr(name.rfind('_') + 1));
   }
 
+  // trainer_state.json of checkpoint `path`, every field checked: a checkpoint written by an older
+  // build or damaged without a manifest to catch it is user input, refused with the file named.
+  nlohmann::json read_trainer_state(const std::string& path) const {
+    const std::string file = path + "/trainer_state.json";
+    require_regular_file(file);
+    std::ifstream in(file);
+    const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    auto bad = [&](const std::string& what) -> UserError {
+      return UserError(file + ": " + what + "; the checkpoint is damaged (resume from another one)");
+    };
+    if (state.is_discarded() || !state.is_object()) throw bad("not a JSON object");
+    if (!state.contains("completed_steps") || !state["completed_steps"].is_number_integer() ||
+        state["completed_steps"].get<int64_t>() < 0)
+      throw bad("completed_steps is missing or not a non-negative integer");
+    if (!state.contains("tracks") || !state["tracks"].is_object()) throw bad("tracks is missing or not an object");
+    for (const auto& t : tracks)
+      if (!state["tracks"].contains(t->name()) || !state["tracks"][t->name()].is_object())
+        throw bad("tracks." + t->name() + " is missing or not an object (the run had other tracks enabled?)");
+    return state;
+  }
+
   void resume(const std::string& path) {
-    const Config saved = load_config(path + "/recipe.yaml", {});
+    const Config saved = load_saved_config(path + "/recipe.yaml");
     const std::string why = incompatible_change(saved, config);
     if (!why.empty()) throw UserError("--resume " + path + ": " + why + "; start a new run instead");
-    std::ifstream in(path + "/trainer_state.json");
-    const nlohmann::json state = nlohmann::json::parse(in);
+    const nlohmann::json state = read_trainer_state(path);
+    // The hash the checkpoint recorded is of the recipe it saved beside it (XXH64, stable across
+    // builds): a mismatch means recipe.yaml was edited or damaged after the save.
+    if (state.contains("recipe_hash") && state["recipe_hash"].is_string() &&
+        state["recipe_hash"].get<std::string>() != recipe_hash(read_text_file(path + "/recipe.yaml")))
+      throw UserError(path + "/recipe.yaml: does not match the recipe_hash in trainer_state.json (edited or "
+                      "damaged after the checkpoint was written); resume from another checkpoint");
+    if (to_yaml(saved) != to_yaml(config))
+      spdlog::info("resume: the recipe differs from the checkpoint's in keys a checkpoint survives (steps, lr, ...)");
+    on_master([&] {
+      for (auto& t : tracks) t->load(path);
+    });
     for (auto& t : tracks) {
-      t->load(path);
-      t->restore(state.at("tracks").at(t->name()));
+      try {
+        t->restore(state["tracks"][t->name()]);
+      } catch (const nlohmann::json::exception& e) {
+        throw UserError(path + "/trainer_state.json: tracks." + t->name() + ": " + e.what() +
+                        "; the checkpoint is damaged (resume from another one)");
+      }
     }
-    torch::load(*optimizer, optimizer_file(path));
-    start_step = state.at("completed_steps").get<int64_t>();
+    const std::string opt = optimizer_file(path);
+    require_regular_file(opt, "the optimizer state ");
+    try {
+      torch::load(*optimizer, opt);
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      throw UserError(opt + ": cannot be read as this run's AdamW state (" + what.substr(0, 200) +
+                      "); the checkpoint is damaged or from another model");
+    }
+    start_step = state["completed_steps"].get<int64_t>();
     spdlog::info("resume: {} at step {}", path, start_step);
   }
 
@@ -213,13 +298,15 @@ struct Trainer::Impl {
     if (rank0) ckpts.begin(completed);
     comms.world->barrier();
     const std::string dir = ckpts.staging_path(completed);
-    for (auto& t : tracks) t->save(dir);
+    on_master([&] {  // a checkpoint keeps the float32 master, so a resume continues exactly
+      for (auto& t : tracks) t->save(dir);
+    });
     const auto c = dims.coord(comms.world->rank());
     if (c.dp == 0 && c.cp == 0) torch::save(*optimizer, optimizer_file(dir));
     if (rank0) {
       nlohmann::json state;
       state["completed_steps"] = completed;
-      state["recipe_hash"] = std::hash<std::string>{}(to_yaml(config));
+      state["recipe_hash"] = recipe_hash(to_yaml(config));
       for (auto& t : tracks) state["tracks"][t->name()] = t->state();
       std::ofstream(dir + "/trainer_state.json") << state.dump(2) << "\n";
       std::ofstream(dir + "/recipe.yaml") << to_yaml(config);
@@ -240,7 +327,7 @@ struct Trainer::Impl {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     std::vector<MetricMap> per_track(tracks.size());
     for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
-    const std::vector<torch::Tensor> params = all_parameters();
+    const std::vector<torch::Tensor> params = trained_parameters();
     double grad_norm = 0, skipped = 0;
     const int64_t minis = config.train.num_mini_batches;
     for (int64_t mini = 0; mini < minis; ++mini) {
@@ -249,6 +336,7 @@ struct Trainer::Impl {
         tracks[i]->accumulate(mini, tracks.size() > 1 ? weight : 1.0, per_track[i]);
       }
       const StepOutcome out = reduce_and_step(params, *optimizer, *comms.grad, config.optim.grad_clip, true);
+      if (master && out.applied) master->copy_to_model();
       grad_norm += out.grad_norm / static_cast<double>(minis);
       skipped += out.applied ? 0 : 1;
     }
@@ -263,6 +351,9 @@ struct Trainer::Impl {
     }
     m["lr"] = lr;
     m["grad_norm"] = grad_norm;
+    torch::Tensor rss = torch::tensor({static_cast<double>(peak_rss_bytes()) / (1 << 30)}, torch::kFloat64);
+    comms.world->all_reduce(rss, parallel::ReduceOp::kMax);
+    m["mem/peak_rss_gib"] = rss.item<double>();  // the largest rank's high-water mark so far
     m["steps/skipped_updates"] = skipped;
     m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return m;
@@ -313,36 +404,41 @@ struct Trainer::Impl {
     const std::optional<std::string> checkpoint = choose_checkpoint();
     if (!options.resume.empty() && !checkpoint) spdlog::info("resume: no checkpoint in {}; starting fresh", run_dir);
     bool warmed = false;  // a shared model's text warm-start ran inside its flow pretraining
-    for (auto& t : tracks)
-      if (auto* im = dynamic_cast<ImageTrack*>(t.get())) {
-        ArTrack* ar = ar_track();
-        const int64_t warm_steps = config.tracks.ar.warmstart.steps;
-        if (im->shared() && warm_steps > 0) {
-          // The text steps spread evenly over the flow steps, so neither skill is trained away.
-          const int64_t flow_steps = std::max<int64_t>(1, config.tracks.image.pretrain.steps);
-          int64_t text_done = 0;
-          const std::optional<int64_t> loaded = im->pretrain_or_load(
-              !checkpoint,
-              [&](int64_t i) {
-                for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) ar->warmstart_step(text_done++);
-              },
-              warm_steps);
-          if (loaded) {
-            warmed = *loaded == warm_steps;
-            if (warmed) spdlog::info("warmstart: skipped, the loaded shared model holds its {} steps", warm_steps);
-            else spdlog::info("warmstart: the loaded shared model holds {} text steps, the recipe asks {}: running them "
-                              "on the loaded weights", *loaded, warm_steps);
+    // Phases with their own optimizer train the float32 master under mixed precision.
+    on_master([&] {
+      for (auto& t : tracks)
+        if (auto* im = dynamic_cast<ImageTrack*>(t.get())) {
+          ArTrack* ar = ar_track();
+          const int64_t warm_steps = config.tracks.ar.warmstart.steps;
+          if (im->shared() && warm_steps > 0) {
+            // The text steps spread evenly over the flow steps, so neither skill is trained away.
+            const int64_t flow_steps = std::max<int64_t>(1, config.tracks.image.pretrain.steps);
+            int64_t text_done = 0;
+            const std::optional<int64_t> loaded = im->pretrain_or_load(
+                !checkpoint,
+                [&](int64_t i) {
+                  for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) ar->warmstart_step(text_done++);
+                },
+                warm_steps);
+            if (loaded) {
+              warmed = *loaded == warm_steps;
+              if (warmed) spdlog::info("warmstart: skipped, the loaded shared model holds its {} steps", warm_steps);
+              else spdlog::info("warmstart: the loaded shared model holds {} text steps, the recipe asks {}: running them "
+                                "on the loaded weights", *loaded, warm_steps);
+            } else {
+              warmed = !checkpoint && config.tracks.image.pretrain.steps > 0;
+            }
           } else {
-            warmed = !checkpoint && config.tracks.image.pretrain.steps > 0;
+            im->pretrain_or_load(!checkpoint);
           }
-        } else {
-          im->pretrain_or_load(!checkpoint);
         }
-      }
+    });
     if (checkpoint) resume(*checkpoint);
     if (start_step == 0 && !warmed)
-      for (auto& t : tracks)
-        if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
+      on_master([&] {
+        for (auto& t : tracks)
+          if (auto* ar = dynamic_cast<ArTrack*>(t.get())) ar->warmstart();
+      });
     if (start_step == 0)  // the KL references are the policy RL starts from
       for (auto& t : tracks) {
         if (auto* im = dynamic_cast<ImageTrack*>(t.get())) im->refresh_reference();
@@ -367,7 +463,12 @@ struct Trainer::Impl {
         save_checkpoint(completed);
       if (rank0) maybe_kill("after_step", completed);
     }
-    spdlog::info("done: {} steps; metrics in {}/metrics.jsonl", config.run.steps, run_dir);
+    torch::Tensor rss = torch::tensor({static_cast<double>(peak_rss_bytes()) / (1 << 30)}, torch::kFloat64);
+    rss = comms.world->all_gather(rss);  // (world)
+    std::string per_rank;
+    for (int64_t r = 0; r < rss.size(0); ++r) per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r].item<double>());
+    spdlog::info("done: {} steps; metrics in {}/metrics.jsonl; peak RSS per rank (GiB): {}", config.run.steps, run_dir,
+                 per_rank);
   }
 };
 

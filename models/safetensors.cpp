@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/regular_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; a big-endian host would need byte swapping");
@@ -87,7 +88,9 @@ std::string errno_str() { return std::strerror(errno); }
 class InputFile {
  public:
   explicit InputFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); it changes
+    // nothing for the regular file we then read.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) fail(path_, errno == ENOENT ? "file does not exist" : "cannot open: " + errno_str());
     struct stat st {};
     const bool ok = ::fstat(fd_, &st) == 0;
@@ -339,6 +342,7 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 }
 
 std::string read_text(const std::string& path) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   std::ostringstream ss;
@@ -506,6 +510,47 @@ std::map<std::string, torch::Tensor> load_hf_weights(const std::string& dir) {
     if (!shard.empty())
       fail(shard_path, std::to_string(shard.size()) + " tensor(s) not listed in " + kHfIndexFile + ", e.g. '" +
                            printable(shard.begin()->first) + "'");
+  }
+  return out;
+}
+
+std::map<std::string, HfWeightEntry> read_hf_weight_headers(const std::string& dir) {
+  const fs::path d(dir);
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) throw UserError(dir + ": weights directory does not exist");
+  std::map<std::string, HfWeightEntry> out;
+  auto add_file = [&](const std::string& path) {
+    const SafetensorsInfo info = read_safetensors_header(path);
+    for (const auto& [name, t] : info.tensors) out[name] = {path, t};
+    return info;
+  };
+  if (fs::exists(d / kHfWeightsFile, ec)) {
+    add_file((d / kHfWeightsFile).string());
+    return out;
+  }
+  const std::string index_path = (d / kHfIndexFile).string();
+  if (!fs::exists(index_path, ec))
+    throw UserError(dir + ": no " + std::string(kHfWeightsFile) + " or " + kHfIndexFile + " in the weights directory");
+  const std::string text = read_text(index_path);
+  const json index = parse_strict_json(text.data(), text.data() + text.size(), index_path, -1);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    fail(index_path, "missing \"weight_map\" object");
+  std::map<std::string, std::vector<std::string>> names_by_shard;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string() || !is_safe_relative(file.get<std::string>()))
+      fail(index_path, "weight_map entry of '" + printable(name) + "' is not a file name inside the directory");
+    names_by_shard[file.get<std::string>()].push_back(name);
+  }
+  for (const auto& [file, names] : names_by_shard) {
+    const std::string shard_path = (d / file).string();
+    if (!fs::exists(shard_path, ec)) fail(index_path, "shard " + printable(file) + " is missing");
+    const SafetensorsInfo info = add_file(shard_path);
+    for (const std::string& name : names)
+      if (!info.tensors.count(name))
+        fail(shard_path,
+             "tensor '" + printable(name) + "' is listed for this shard in " + kHfIndexFile + " but is not in it");
+    if (info.tensors.size() != names.size())
+      fail(shard_path, "holds tensor(s) not listed for it in " + std::string(kHfIndexFile));
   }
   return out;
 }

@@ -63,6 +63,14 @@ std::string safetensors_dtype_name(torch::Dtype dtype);
 // the index must be in its shard and every tensor of a shard must be in the index.
 std::map<std::string, torch::Tensor> load_hf_weights(const std::string& dir);
 
+// Every tensor of a Hugging Face weight directory with the file that holds it, from the headers
+// alone (no tensor data is read): the same layout rules and index checks as load_hf_weights.
+struct HfWeightEntry {
+  std::string file;  // the safetensors file's path
+  SafetensorsTensorInfo info;
+};
+std::map<std::string, HfWeightEntry> read_hf_weight_headers(const std::string& dir);
+
 // Writes a Hugging Face weight directory (created if missing): one `model.safetensors` when the
 // tensors total at most `max_shard_bytes`, otherwise greedy shards in name order named
 // `model-0000k-of-0000n.safetensors` (a tensor larger than the limit gets a shard of its own)

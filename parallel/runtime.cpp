@@ -36,4 +36,14 @@ void MpiRuntime::abort_job(int code) {
   std::_Exit(code);
 }
 
+int MpiRuntime::first_failed_rank(bool failed) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // min over ranks of (failed ? rank : size)
+  int key = failed ? rank : size, lowest = size;
+  MPI_Allreduce(&key, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return lowest < size ? lowest : -1;
+}
+
 }  // namespace tandem::parallel

@@ -19,6 +19,11 @@ class MpiRuntime {
   // Ends every rank of the job with `code` (MPI_Abort on MPI_COMM_WORLD). Never returns.
   [[noreturn]] static void abort_job(int code);
 
+  // Start-up agreement, collective over the world: each rank says whether it failed; returns the
+  // lowest rank that did (the one that reports), or -1 when none did. Lets every rank exit
+  // through a clean finalize with one message instead of each printing its own and aborting.
+  static int first_failed_rank(bool failed);
+
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };

@@ -34,8 +34,16 @@ TEST_CASE("a recipe text with no keys gets every default", "[config]") {
 
 TEST_CASE("the embedded quickstart and shipped recipes load", "[config]") {
   CHECK(load_config("", {}).run.name == "quickstart");
-  for (const char* name : {"quickstart", "image", "unified", "qwen2_0p5b"})
+  for (const char* name : {"quickstart", "image", "unified", "shared"})
     CHECK_NOTHROW(load_config(std::string(TANDEM_CONFIGS_DIR) + "/" + name + ".yaml", {}));
+  // The real-model recipe names a model directory on the user's machine: pointed at a fixture of
+  // the same family it loads, and config.json's architecture replaces the placeholders' absence.
+  const std::string qwen = std::string(TANDEM_CONFIGS_DIR) + "/qwen2_0p5b.yaml";
+  const Config c = load_config(qwen, {"tracks.ar.model.hf_dir=" + std::string(TANDEM_FIXTURES_DIR) + "/llama/tiny_qwen2",
+                                      "tracks.ar.model.max_seq_len=64", "tracks.ar.rollout.max_new_tokens=16",
+                                      "train.max_tokens_per_micro=64"});
+  CHECK(c.tracks.ar.model.hidden_size == 48);
+  CHECK_THROWS_WITH(load_config(qwen, {}), Catch::Contains("/models/Qwen2-0.5B-Instruct: no such directory"));
 }
 
 TEST_CASE("unknown keys name the path and the nearest valid key", "[config]") {
@@ -54,7 +62,7 @@ TEST_CASE("wrong types and ranges name the path, value and allowed range", "[con
   CHECK_THAT(error_of("optim: {lr: .nan}"), Catch::Contains("optim.lr: must be a finite number"));
   CHECK_THAT(error_of("run: {steps: ten}"), Catch::Contains("run.steps: expected an integer, got 'ten'"));
   CHECK_THAT(error_of("run: {steps: 1.5}"), Catch::Contains("run.steps: expected an integer"));
-  CHECK_THAT(error_of("run: {dtype: float16}"), Catch::Contains("'float16' is not one of float32|bfloat16|float64"));
+  CHECK_THAT(error_of("run: {dtype: float16}"), Catch::Contains("'float16' is not one of float32|bfloat16|float64|bfloat16-pure"));
   CHECK_THAT(error_of("optim: {betas: [0.9]}"), Catch::Contains("optim.betas: expected exactly 2 numbers"));
   CHECK_THAT(error_of("run: 5"), Catch::Contains("run: expected a mapping"));
   CHECK_THAT(error_of("tracks: {ar: {rollout: {stop: 5}}}"), Catch::Contains("expected a list of strings"));
@@ -192,4 +200,77 @@ TEST_CASE("hybrid-async keys: defaults off; refusals name both keys", "[config]"
   CHECK_THROWS_WITH(validate(ok, 1), Catch::Contains("leaves no train rank"));
   CHECK_NOTHROW(validate(ok, 3));
   CHECK(ok.tracks.ar.algo.tis_cap == 2.0);
+}
+
+namespace {
+
+std::string fixture_dir(const std::string& name) { return std::string(TANDEM_FIXTURES_DIR) + "/llama/" + name; }
+
+Config with_hf_dir(const std::string& name, const std::string& extra = "") {
+  return load_config_from_string("tracks: {ar: {model: {hf_dir: " + fixture_dir(name) + extra + "}}}", "r.yaml", {});
+}
+
+}  // namespace
+
+TEST_CASE("with hf_dir the model directory is the source of truth for the architecture", "[config][model_dir]") {
+  // Nothing but the directory: every architecture key comes from its config.json.
+  const Config c = with_hf_dir("tiny_qwen2");
+  const ArModelConfig& m = c.tracks.ar.model;
+  CHECK(m.vocab_size == 97);
+  CHECK(m.hidden_size == 48);
+  CHECK(m.num_heads == 6);
+  CHECK(m.num_kv_heads == 2);
+  CHECK(m.intermediate_size == 40);
+  CHECK(m.max_seq_len == 64);
+  CHECK(m.rope_theta == 1e6);
+  CHECK(m.tie_embeddings);
+  CHECK(m.qkv_bias);
+  CHECK(m.head_dim == 8);
+  // The tokenizer defaults to the directory's.
+  CHECK(c.tracks.ar.tokenizer.kind == TokenizerKind::kHf);
+  CHECK(c.tracks.ar.tokenizer.path == fixture_dir("tiny_qwen2"));
+  // recipe.yaml records the resolved architecture.
+  CHECK_THAT(to_yaml(c), Catch::Contains("hidden_size: 48") && Catch::Contains("vocab_size: 97"));
+  // Llama 3.1 style: explicit head_dim, llama3 rope scaling, bos and eos ids.
+  const ArModelConfig& l = with_hf_dir("tiny_llama31").tracks.ar.model;
+  CHECK(l.head_dim == 12);
+  CHECK(l.rope_scaling.type == RopeType::kLlama3);
+  CHECK(l.rope_scaling.factor == 8.0);
+  CHECK(l.rope_scaling.original_max_seq_len == 64);
+  CHECK(l.bos_token_id == 1);
+  CHECK(l.eos_token_ids == std::vector<int64_t>{2, 3});
+}
+
+TEST_CASE("a recipe model key that disagrees with config.json names both values", "[config][model_dir]") {
+  CHECK_NOTHROW(with_hf_dir("tiny_qwen2", ", hidden_size: 48, num_layers: 2, tie_embeddings: true"));
+  CHECK_THROWS_WITH(with_hf_dir("tiny_qwen2", ", hidden_size: 64"),
+                    Catch::Contains("tracks.ar.model.hidden_size: the recipe says 64 but") &&
+                        Catch::Contains("tiny_qwen2/config.json says 48"));
+  CHECK_THROWS_WITH(with_hf_dir("tiny_qwen2", ", qkv_bias: false"),
+                    Catch::Contains("qkv_bias: the recipe says false") && Catch::Contains("says true"));
+  CHECK_THROWS_WITH(with_hf_dir("tiny_llama31", ", rope_scaling: {type: none}"),
+                    Catch::Contains("rope_scaling.type: the recipe says none") && Catch::Contains("says llama3"));
+  CHECK_THROWS_WITH(with_hf_dir("tiny_llama31", ", eos_token_ids: [2]"),
+                    Catch::Contains("eos_token_ids: the recipe says [2]") && Catch::Contains("says [2, 3]"));
+  // max_seq_len caps the context; it may not exceed the model's.
+  CHECK(with_hf_dir("tiny_qwen2", ", max_seq_len: 32").tracks.ar.model.max_seq_len == 32);
+  CHECK_THROWS_WITH(with_hf_dir("tiny_qwen2", ", max_seq_len: 128"),
+                    Catch::Contains("max_seq_len: 128 exceeds the model's context of 64"));
+  CHECK_THROWS_WITH(load_config_from_string("tracks: {ar: {model: {hf_dir: /nonexistent/model}}}", "r.yaml", {}),
+                    Catch::Contains("/nonexistent/model: no such directory"));
+}
+
+TEST_CASE("a saved recipe loads without its model directory; the resolved one round-trips", "[config][model_dir]") {
+  const Config c = with_hf_dir("tiny_qwen2", ", max_seq_len: 40");
+  test::TempDir dir;
+  std::string yaml = to_yaml(c);
+  std::ofstream(dir.file("recipe.yaml")) << yaml;
+  CHECK(to_yaml(load_saved_config(dir.file("recipe.yaml"))) == yaml);
+  CHECK(to_yaml(load_config(dir.file("recipe.yaml"), {})) == yaml);  // resolving it again changes nothing
+  // The directory gone (moved after the run started): a saved recipe still loads; a new run does not.
+  const std::string moved = fixture_dir("tiny_qwen2");
+  yaml.replace(yaml.find(moved), moved.size(), "/nonexistent/moved");
+  std::ofstream(dir.file("moved.yaml")) << yaml;
+  CHECK(load_saved_config(dir.file("moved.yaml")).tracks.ar.model.hidden_size == 48);
+  CHECK_THROWS_WITH(load_config(dir.file("moved.yaml"), {}), Catch::Contains("/nonexistent/moved"));
 }

@@ -93,7 +93,7 @@ TEST_CASE("an empty, missing or directory dataset is an error", "[tasks]") {
   TempDir dir;
   CHECK_THAT(load_error(dir.write("empty.jsonl", "")), Catch::Contains("empty.jsonl: the prompt dataset is empty"));
   CHECK_THAT(load_error(dir.write("blank.jsonl", "\n  \n\n")), Catch::Contains("is empty"));
-  CHECK_THAT(load_error((dir.path / "missing.jsonl").string()), Catch::Contains("missing.jsonl: cannot open"));
+  CHECK_THAT(load_error((dir.path / "missing.jsonl").string()), Catch::Contains("missing.jsonl: the prompt dataset does not exist"));
   CHECK_THAT(load_error(dir.path.string()), Catch::Contains("is a directory"));
 }
 

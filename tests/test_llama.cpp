@@ -76,6 +76,23 @@ TEST_CASE("HF config.json maps to LlamaConfig and back", "[llama]") {
     CHECK(back.rope_theta == c.rope_theta);
     CHECK(models::to_hf_config(c, torch::kBFloat16).at("torch_dtype") == "bfloat16");
   }
+  // Llama 3.1 style: an explicit head_dim and llama3 rope_scaling survive the round trip.
+  const nlohmann::json j31 = models::read_hf_config(test::llama_fixture("tiny_llama31"));
+  const models::LlamaConfig l31 = models::from_hf_config(j31);
+  CHECK(l31.head_dim() == 12);
+  CHECK(l31.rope_scaling.kind == models::RopeScalingKind::kLlama3);
+  CHECK(l31.rope_scaling.factor == 8.0);
+  CHECK(l31.rope_scaling.original_max_seq_len == 64);
+  const nlohmann::json out = models::to_hf_config(l31, torch::kFloat32, j31);
+  CHECK(models::from_hf_config(out).rope_scaling == l31.rope_scaling);
+  CHECK(models::from_hf_config(out).head_dim() == 12);
+  // Keys tandem does not model are kept from the base config.json.
+  CHECK(out.at("bos_token_id") == 1);
+  CHECK(out.at("eos_token_id") == nlohmann::json::array({2, 3}));
+  // A head_dim that spells out the default resolves like one left out.
+  nlohmann::json spelled = models::read_hf_config(test::llama_fixture("tiny_llama"));
+  spelled["head_dim"] = 8;
+  CHECK(models::from_hf_config(spelled).explicit_head_dim == 0);
 }
 
 TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field", "[llama]") {
@@ -91,18 +108,23 @@ TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field",
   };
   fails_with("num_hidden_layers", nlohmann::json::value_t::discarded, "num_hidden_layers is missing");
   fails_with("hidden_size", "32", "hidden_size must be an integer");
-  fails_with("rope_scaling", {{"type", "llama3"}}, "rope_scaling");
+  fails_with("rope_scaling", {{"type", "llama3"}}, "original_max_position_embeddings");  // llama3 needs it
+  fails_with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "'yarn' is not supported");
+  fails_with("rope_scaling", {{"rope_type", "linear"}, {"factor", 0.5}}, "factor");
+  fails_with("vocab_size", int64_t{1} << 40, "vocab_size 1099511627776 is out of range");
+  fails_with("intermediate_size", int64_t{1} << 40, "intermediate_size");
+  fails_with("num_hidden_layers", 0, "num_hidden_layers 0 is out of range");
   fails_with("attention_bias", true, "attention_bias");
   fails_with("model_type", "mistral", "model_type");
   fails_with("hidden_act", "gelu", "hidden_act");
   fails_with("num_key_value_heads", 3, "num_kv_heads");
-  fails_with("head_dim", 16, "head_dim");
+  fails_with("head_dim", 7, "head_dim 7 must be even");
   models::LlamaConfig c = models::from_hf_config(good);
   CHECK_THROWS_AS(c.validate_tp(4), UserError);  // 2 kv heads over 4 ranks
 }
 
 TEST_CASE("logits match the independent reference: float64 1e-10, float32 1e-4 of max |logit|", "[llama]") {
-  for (const std::string name : {"tiny_llama", "tiny_qwen2"}) {
+  for (const std::string name : {"tiny_llama", "tiny_qwen2", "tiny_llama31"}) {
     const Reference ref = load_reference(name);
     for (const auto [dtype, tol] : {std::pair{torch::kFloat64, 1e-10}, std::pair{torch::kFloat32, 1e-4}}) {
       INFO(name << " " << c10::toString(dtype));

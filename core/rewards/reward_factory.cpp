@@ -21,4 +21,12 @@ std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::option
   throw UserError(unknown_name_message("AR reward", kind, ar_reward_names()));
 }
 
+std::string reference_problem(const std::string& kind, const std::string& answer) {
+  if (kind == "math_answer" && !final_number(answer))
+    return "the reference answer has no number for math_answer to compare against";
+  if ((kind == "exact_match" || kind == "partial_match") && answer.empty())
+    return "the reference answer is empty, so " + kind + " could never score a response";
+  return "";
+}
+
 }  // namespace tandem::rewards

@@ -16,4 +16,8 @@ namespace tandem::rewards {
 std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::optional<std::string>& command,
                                       double timeout_s);
 
+// Why `answer` cannot serve as the reference of reward `kind` ("" when it can): math_answer needs
+// a number in it, exact_match and partial_match a non-empty text; a command decides for itself.
+std::string reference_problem(const std::string& kind, const std::string& answer);
+
 }  // namespace tandem::rewards

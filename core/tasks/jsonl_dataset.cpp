@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/regular_file.h"
 
 namespace tandem::tasks {
 
@@ -29,8 +30,7 @@ std::string string_field(const nlohmann::json& record, const std::string& key, c
 
 std::vector<Prompt> load_jsonl_prompts(const std::string& path, const std::string& prompt_key,
                                        const std::string& answer_key) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, expected a JSONL file");
+  require_regular_file(path, "the prompt dataset ");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open the prompt dataset");
   std::vector<Prompt> prompts;

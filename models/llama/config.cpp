@@ -1,6 +1,8 @@
 // HF config.json <-> LlamaConfig, strict about every field it reads and every feature it lacks.
 #include "models/llama/config.h"
 
+#include <cmath>
+
 #include "common/error.h"
 
 namespace tandem::models {
@@ -75,7 +77,7 @@ void LlamaConfig::validate() const {
   require_positive("num_kv_heads", num_kv_heads);
   require_positive("intermediate_size", intermediate_size);
   require_positive("max_seq_len", max_seq_len);
-  if (hidden_size % num_heads != 0)
+  if (explicit_head_dim == 0 && hidden_size % num_heads != 0)
     throw UserError("llama config: hidden_size " + std::to_string(hidden_size) + " is not a multiple of num_heads " +
                     std::to_string(num_heads));
   if (head_dim() % 2 != 0)
@@ -83,6 +85,9 @@ void LlamaConfig::validate() const {
   if (num_heads % num_kv_heads != 0)
     throw UserError("llama config: num_heads " + std::to_string(num_heads) + " is not a multiple of num_kv_heads " +
                     std::to_string(num_kv_heads));
+  if (explicit_head_dim < 0) throw UserError("llama config: head_dim must be positive");
+  if (rope_scaling.kind != RopeScalingKind::kNone && !(rope_scaling.factor >= 1.0))
+    throw UserError("llama config: rope_scaling factor must be >= 1");
   if (!(rope_theta > 0) || !(rms_eps > 0) || !(initializer_range >= 0))
     throw UserError("llama config: rope_theta and rms_eps must be positive, initializer_range non-negative");
 }
@@ -95,31 +100,86 @@ void LlamaConfig::validate_tp(int64_t tp_size) const {
     throw UserError("llama: tp " + std::to_string(tp_size) + " exceeds vocab_size or intermediate_size");
 }
 
+const char* rope_scaling_name(RopeScalingKind kind) {
+  switch (kind) {
+    case RopeScalingKind::kLinear:
+      return "linear";
+    case RopeScalingKind::kLlama3:
+      return "llama3";
+    default:
+      return "none";
+  }
+}
+
+namespace {
+
+RopeScaling rope_scaling_from_hf(const nlohmann::json& j, const std::string& source) {
+  RopeScaling r;
+  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return r;
+  const nlohmann::json& s = j.at("rope_scaling");
+  if (!s.is_object()) throw UserError(source + ": rope_scaling must be an object or null");
+  const Fields f(s, source + ": rope_scaling");
+  // transformers spells it rope_type since 4.45 and type before.
+  const std::string type = f.has("rope_type") ? f.string("rope_type", "") : f.string("type", "default");
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.kind = RopeScalingKind::kLinear;
+  } else if (type == "llama3") {
+    r.kind = RopeScalingKind::kLlama3;
+    r.low_freq_factor = f.number("low_freq_factor", 1.0);
+    r.high_freq_factor = f.number("high_freq_factor", 4.0);
+    r.original_max_seq_len = f.integer("original_max_position_embeddings");
+    if (!(r.high_freq_factor > r.low_freq_factor) || !(r.low_freq_factor > 0) || r.original_max_seq_len <= 0)
+      f.fail("", "needs 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
+  } else {
+    f.fail("rope_type", "'" + type + "' is not supported (default, linear or llama3)");
+  }
+  r.factor = f.number("factor", 1.0);
+  if (!(r.factor >= 1.0) || !std::isfinite(r.factor)) f.fail("factor", "must be a finite number >= 1");
+  return r;
+}
+
+}  // namespace
+
 LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(source + ": not a JSON object");
   const Fields f(j, source);
   const std::string type = f.string("model_type", "");
   if (type != "llama" && type != "qwen2") f.fail("model_type", "'" + type + "' is not supported (llama or qwen2)");
   if (f.string("hidden_act", "silu") != "silu") f.fail("hidden_act", "must be silu");
-  if (f.has("rope_scaling")) f.fail("rope_scaling", "is not supported (use null)");
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is not supported");
   if (type == "llama" && f.boolean("attention_bias", false)) f.fail("attention_bias", "is not supported (o_proj bias)");
   if (type == "qwen2" && f.boolean("use_sliding_window", false)) f.fail("use_sliding_window", "is not supported");
+  // Bounded before anything is sized from them: a damaged or hostile config.json must fail here,
+  // not in an allocation.
+  auto dim = [&](const char* key, int64_t fallback = -1) {
+    const int64_t v = fallback < 0 ? f.integer(key) : f.integer(key, fallback);
+    if (v < 1 || v > kMaxDimension)
+      f.fail(key, std::to_string(v) + " is out of range; must be in [1, " + std::to_string(kMaxDimension) + "]");
+    return v;
+  };
   LlamaConfig c;
-  c.vocab_size = f.integer("vocab_size");
-  c.hidden_size = f.integer("hidden_size");
-  c.num_layers = f.integer("num_hidden_layers");
-  c.num_heads = f.integer("num_attention_heads");
-  c.num_kv_heads = f.integer("num_key_value_heads", c.num_heads);
-  c.intermediate_size = f.integer("intermediate_size");
-  c.max_seq_len = f.integer("max_position_embeddings");
+  c.vocab_size = dim("vocab_size");
+  c.hidden_size = dim("hidden_size");
+  c.num_layers = dim("num_hidden_layers");
+  c.num_heads = dim("num_attention_heads");
+  c.num_kv_heads = dim("num_key_value_heads", c.num_heads);
+  c.intermediate_size = dim("intermediate_size");
+  c.max_seq_len = dim("max_position_embeddings");
   c.rope_theta = f.number("rope_theta", 10000.0);
   c.rms_eps = f.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = f.boolean("tie_word_embeddings", false);
   c.qkv_bias = type == "qwen2";
   c.initializer_range = f.number("initializer_range", 0.02);
-  if (f.has("head_dim") && c.num_heads > 0 && f.integer("head_dim") != c.hidden_size / c.num_heads)
-    f.fail("head_dim", std::to_string(f.integer("head_dim")) + " differs from hidden_size / num_attention_heads");
+  if (f.has("head_dim")) {
+    const int64_t hd = dim("head_dim");
+    // Stored only when it departs from the default, so a config that spells out the default
+    // head_dim resolves to the same LlamaConfig as one that leaves it out.
+    if (hd != c.hidden_size / c.num_heads || c.hidden_size % c.num_heads != 0) c.explicit_head_dim = hd;
+  }
+  c.rope_scaling = rope_scaling_from_hf(j, source);
+  if (!std::isfinite(c.rope_theta) || !std::isfinite(c.rms_eps) || !std::isfinite(c.initializer_range))
+    f.fail("rope_theta / rms_norm_eps / initializer_range", "must be finite");
   try {
     c.validate();
   } catch (const UserError& e) {
@@ -128,9 +188,10 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   return c;
 }
 
-nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype) {
+nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const nlohmann::json& base) {
   const bool qwen2 = c.qkv_bias;
-  nlohmann::json j = {
+  nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
+  const nlohmann::json arch = {
       {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
       {"model_type", qwen2 ? "qwen2" : "llama"},
       {"vocab_size", c.vocab_size},
@@ -145,11 +206,25 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype) {
       {"tie_word_embeddings", c.tie_embeddings},
       {"hidden_act", "silu"},
       {"initializer_range", c.initializer_range},
-      {"rope_scaling", nullptr},
       {"torch_dtype", hf_dtype_name(dtype)},
   };
+  for (const auto& [key, value] : arch.items()) j[key] = value;
+  if (c.explicit_head_dim > 0) j["head_dim"] = c.explicit_head_dim;
+  else if (j.contains("head_dim")) j["head_dim"] = c.head_dim();
+  const RopeScaling& r = c.rope_scaling;
+  if (r.kind == RopeScalingKind::kNone) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::json s = {{"rope_type", rope_scaling_name(r.kind)}, {"factor", r.factor}};
+    if (r.kind == RopeScalingKind::kLlama3) {
+      s["low_freq_factor"] = r.low_freq_factor;
+      s["high_freq_factor"] = r.high_freq_factor;
+      s["original_max_position_embeddings"] = r.original_max_seq_len;
+    }
+    j["rope_scaling"] = s;
+  }
   if (qwen2) {
-    j["use_sliding_window"] = false;
+    if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
   } else {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;

@@ -10,6 +10,22 @@
 
 namespace tandem::models {
 
+// HF's rope_scaling: none (plain RoPE), linear (every frequency / factor) or llama3 (Llama 3.1's
+// wavelength-dependent blend of the two).
+enum class RopeScalingKind { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;       // llama3 only
+  double high_freq_factor = 4.0;      // llama3 only
+  int64_t original_max_seq_len = 0;   // llama3: original_max_position_embeddings
+  bool operator==(const RopeScaling& o) const {
+    return kind == o.kind && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor && original_max_seq_len == o.original_max_seq_len;
+  }
+};
+
 struct LlamaConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -23,8 +39,13 @@ struct LlamaConfig {
   bool tie_embeddings = false;
   bool qkv_bias = false;             // q/k/v projections carry a bias (Qwen2); o_proj never does
   double initializer_range = 0.02;  // std of the random init (HF's initializer_range)
+  int64_t explicit_head_dim = 0;    // HF's head_dim when config.json gives one; 0: hidden_size / num_heads
+  RopeScaling rope_scaling;
 
-  int64_t head_dim() const { return num_heads > 0 ? hidden_size / num_heads : 0; }
+  int64_t head_dim() const {
+    if (explicit_head_dim > 0) return explicit_head_dim;
+    return num_heads > 0 ? hidden_size / num_heads : 0;
+  }
   // Throws UserError naming the field for a non-positive size, heads that do not divide the
   // hidden size, or query heads that are not a multiple of the kv heads.
   void validate() const;
@@ -34,15 +55,24 @@ struct LlamaConfig {
 
 // Maps HF LlamaForCausalLM / Qwen2ForCausalLM config.json fields (num_hidden_layers,
 // num_attention_heads, num_key_value_heads, max_position_embeddings, rms_norm_eps,
-// tie_word_embeddings, attention_bias, ...). Throws UserError naming `source` and the field for
-// a missing or mistyped field and for features this model does not implement (rope_scaling,
-// sliding windows, o_proj / MLP bias, an activation other than silu, a head_dim that is not
-// hidden_size / num_heads).
+// tie_word_embeddings, attention_bias, head_dim, rope_scaling linear | llama3, ...). Throws
+// UserError naming `source` and the field for a missing or mistyped field, a dimension beyond
+// kMaxDimension, and features this model does not implement (other rope_scaling types, sliding
+// windows, o_proj / MLP bias, an activation other than silu).
 LlamaConfig from_hf_config(const nlohmann::json& config, const std::string& source = "config.json");
 
 // The config.json Hugging Face tools expect for `config` stored in `dtype`: model_type qwen2
-// when qkv_bias, llama otherwise.
-nlohmann::json to_hf_config(const LlamaConfig& config, torch::ScalarType dtype);
+// when qkv_bias, llama otherwise. With `base` (the config.json the weights came from) every key
+// of it is kept and only the architecture keys and torch_dtype are written over it.
+nlohmann::json to_hf_config(const LlamaConfig& config, torch::ScalarType dtype,
+                            const nlohmann::json& base = nlohmann::json());
+
+// Largest size accepted for any one dimension of config.json (vocabulary, hidden, MLP, layers,
+// heads, context): far beyond any real model, far below what would overflow an allocation size.
+inline constexpr int64_t kMaxDimension = int64_t{1} << 24;
+
+// "none" | "linear" | "llama3".
+const char* rope_scaling_name(RopeScalingKind kind);
 
 // The Hugging Face `torch_dtype` name of a float dtype ("float32", ...); UserError for others.
 const char* hf_dtype_name(torch::ScalarType dtype);

@@ -67,7 +67,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
   }
   const int64_t local_heads = config_.num_heads / ctx_.tp_size;
   plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
-  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
+                                 config_.rope_scaling);
   return model(ids, *layout);  // (n_local, hidden)
 }
 
@@ -79,7 +80,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   layout.width = in.input_ids.size(1);
   layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
+                                 config_.rope_scaling);
   return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
 }
 
@@ -162,7 +164,8 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache_slots = slots;
   }
   plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
+                                 config_.rope_scaling);
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
   std::vector<int64_t> last;
   for (const AttentionSegment& s : layout.segments) last.push_back(s.q_begin + s.length - 1);
@@ -185,7 +188,8 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(w.device());
   layout.cache_key_valid =  // (n, S): row i sees keys j <= positions[i], its own new key included
       torch::arange(span, idx).unsqueeze(0) <= layout.cache_positions.unsqueeze(1);
-  layout.rotary = rotary_tables(layout.cache_positions, config_.head_dim(), config_.rope_theta, w.scalar_type());
+  layout.rotary = rotary_tables(layout.cache_positions, config_.head_dim(), config_.rope_theta, w.scalar_type(),
+                                 config_.rope_scaling);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)
   for (int64_t i = 0; i < n; ++i) cache.set_length(i, cache.length(i) + 1);
   return z;

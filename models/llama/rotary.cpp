@@ -36,10 +36,30 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
 
 }  // namespace
 
-RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype) {
+namespace {
+
+// HF's _compute_llama3_parameters: long wavelengths (past original / low_freq_factor) are divided
+// by the factor, short ones (below original / high_freq_factor) kept, the band between blended.
+torch::Tensor llama3_inv_freq(const torch::Tensor& inv_freq, const RopeScaling& s) {  // (D/2)
+  const double old_len = static_cast<double>(s.original_max_seq_len);
+  const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+  const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+  torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
+  const torch::Tensor smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const torch::Tensor blended = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const torch::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, blended, scaled);
+}
+
+}  // namespace
+
+RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype,
+                           const RopeScaling& scaling) {
   const auto opts = torch::TensorOptions().dtype(compute_dtype(dtype)).device(positions.device());
   const torch::Tensor exponents = torch::arange(0, head_dim, 2, opts) / static_cast<double>(head_dim);  // (D/2)
-  const torch::Tensor inv_freq = 1.0 / torch::pow(theta, exponents);                                      // (D/2)
+  torch::Tensor inv_freq = 1.0 / torch::pow(theta, exponents);                                            // (D/2)
+  if (scaling.kind == RopeScalingKind::kLinear) inv_freq = inv_freq / scaling.factor;
+  if (scaling.kind == RopeScalingKind::kLlama3) inv_freq = llama3_inv_freq(inv_freq, scaling);
   const torch::Tensor freqs = positions.to(opts.dtype()).unsqueeze(1) * inv_freq.unsqueeze(0);             // (N, D/2)
   const torch::Tensor angles = freqs.unsqueeze(1);  // (N, 1, D/2)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};

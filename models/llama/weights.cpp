@@ -105,38 +105,82 @@ void initialize_weights(LlamaForCausalLMImpl& model, uint64_t seed) {
   }
 }
 
-void load_hf_state(LlamaForCausalLMImpl& model, const std::map<std::string, torch::Tensor>& tensors,
-                   const std::string& source) {
-  const LlamaConfig& c = model.config();
-  const std::vector<HfParamSpec> specs = hf_param_specs(c);
+namespace {
+
+// name -> (shape, floating point?) against the specs: every problem, one per line.
+struct TensorShape {
+  std::vector<int64_t> shape;
+  bool floating = true;
+  std::string dtype;
+};
+
+void check_shapes(const LlamaConfig& c, const std::map<std::string, TensorShape>& tensors, const std::string& source) {
   std::vector<std::string> problems;
   std::set<std::string> expected;
-  for (const HfParamSpec& spec : specs) {
+  for (const HfParamSpec& spec : hf_param_specs(c)) {
     expected.insert(spec.name);
     const auto it = tensors.find(spec.name);
     if (it == tensors.end()) {
       problems.push_back(spec.name + ": missing (expected shape " + shape_str(spec.shape) + ")");
-    } else if (it->second.sizes() != at::IntArrayRef(spec.shape)) {
+    } else if (it->second.shape != spec.shape) {
       problems.push_back(spec.name + ": expected shape " + shape_str(spec.shape) + ", got " +
-                         shape_str(it->second.sizes()));
-    } else if (!it->second.is_floating_point()) {
-      problems.push_back(spec.name + ": expected a floating-point tensor, got " +
-                         std::string(c10::toString(it->second.scalar_type())));
+                         shape_str(it->second.shape));
+    } else if (!it->second.floating) {
+      problems.push_back(spec.name + ": expected a floating-point tensor, got " + it->second.dtype);
     }
   }
   for (const auto& [name, t] : tensors) {
     if (expected.count(name) || ends_with(name, ".rotary_emb.inv_freq")) continue;
     if (c.tie_embeddings && name == "lm_head.weight") continue;
-    problems.push_back(name + ": unexpected tensor " + shape_str(t.sizes()));
+    problems.push_back(name + ": unexpected tensor " + shape_str(t.shape));
   }
-  if (!problems.empty()) {
-    std::string msg = source + ": the weights do not match the llama config (" + std::to_string(problems.size()) +
-                      " problems):";
-    for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
-    throw UserError(msg);
+  if (problems.empty()) return;
+  std::string msg = source + ": the weights do not match the llama config (" + std::to_string(problems.size()) +
+                    " problems):";
+  for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
+  throw UserError(msg);
+}
+
+}  // namespace
+
+void check_hf_weights(const std::string& dir, const LlamaConfig& config) {
+  const std::map<std::string, HfWeightEntry> headers = read_hf_weight_headers(dir);
+  // The layer count first: a config.json claiming 10^6 layers must not make us list 10^7 tensors.
+  int64_t layers = 0;
+  const std::string prefix = "model.layers.";
+  for (const auto& [name, e] : headers) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const size_t dot = name.find('.', prefix.size());
+    const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+    if (!index.empty() && index.size() < 10 && index.find_first_not_of("0123456789") == std::string::npos)
+      layers = std::max<int64_t>(layers, std::stoll(index) + 1);
   }
+  if (layers != config.num_layers)
+    throw UserError(dir + ": config.json says num_hidden_layers " + std::to_string(config.num_layers) +
+                    " but the weights hold " + std::to_string(layers) + " layers; the config and the weights do not match");
+  std::map<std::string, TensorShape> shapes;
+  for (const auto& [name, e] : headers) {
+    const bool floating = c10::isFloatingType(e.info.torch_dtype);
+    shapes[name] = {e.info.shape, floating, e.info.dtype};
+  }
+  check_shapes(config, shapes, dir);
+}
+
+void load_hf_state(LlamaForCausalLMImpl& model, const std::map<std::string, torch::Tensor>& tensors,
+                   const std::string& source) {
+  const LlamaConfig& c = model.config();
+  std::map<std::string, TensorShape> shapes;
+  for (const auto& [name, t] : tensors)
+    shapes[name] = {t.sizes().vec(), t.is_floating_point(), std::string(c10::toString(t.scalar_type()))};
+  check_shapes(c, shapes, source);
   const Params params = model.named_parameters();
-  for (const HfParamSpec& spec : specs) copy_slice(model, params, spec, tensors.at(spec.name));
+  for (const HfParamSpec& spec : hf_param_specs(c)) {
+    const torch::Tensor& t = tensors.at(spec.name);
+    // A NaN or Inf weight would train into NaN losses many steps later; name it now.
+    if (!torch::isfinite(t).all().item<bool>())
+      throw UserError(source + ": tensor " + spec.name + " holds NaN or Inf values; the weights are damaged");
+    copy_slice(model, params, spec, t);
+  }
 }
 
 std::map<std::string, torch::Tensor> gather_hf_state(LlamaForCausalLMImpl& model) {
@@ -161,6 +205,7 @@ std::map<std::string, torch::Tensor> gather_hf_state(LlamaForCausalLMImpl& model
 
 LlamaForCausalLM load_llama(const std::string& dir, const parallel::ParallelContext& ctx, torch::ScalarType dtype) {
   const LlamaConfig config = from_hf_config(read_hf_config(dir), dir + "/" + kHfConfigFile);
+  check_hf_weights(dir, config);  // before the model is sized from config.json or any data is read
   LlamaForCausalLM model(config, ctx, std::nullopt);
   model->to(dtype);
   load_hf_state(*model, load_hf_weights(dir), dir);

@@ -36,9 +36,15 @@ void initialize_weights(LlamaForCausalLMImpl& model, uint64_t seed);
 
 // Copies this rank's slice of each tensor into the model (converting the dtype). Throws
 // UserError naming `source` and listing every missing tensor, shape mismatch (expected vs got)
-// and unexpected tensor; ignored: *.rotary_emb.inv_freq, and lm_head.weight when tied.
+// and unexpected tensor, or naming a tensor with NaN or Inf; ignored: *.rotary_emb.inv_freq, and
+// lm_head.weight when tied.
 void load_hf_state(LlamaForCausalLMImpl& model, const std::map<std::string, torch::Tensor>& tensors,
                    const std::string& source);
+
+// Checks the weight directory's safetensors headers against `config` before any tensor data is
+// read: every tensor of hf_param_specs present with its shape and a floating-point dtype, none
+// unexpected. Throws UserError naming the directory and listing the problems.
+void check_hf_weights(const std::string& dir, const LlamaConfig& config);
 
 // Full tensors by HF name, on the CPU, in the model's dtype. Collective over tp: every tp rank
 // calls it and gets every tensor.

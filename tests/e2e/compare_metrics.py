@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Compares two metrics.jsonl files line by line. Timing fields (time/*, perf/*) are skipped.
+"""Compares two metrics.jsonl files line by line. Timing and memory fields (time/*, perf/*, mem/*)
+are skipped.
   compare_metrics.py A B [--rel TOL] [--keys k1,k2]   (default: exact equality)
 Exit 0 when every compared value agrees; prints the worst relative difference."""
 import argparse
@@ -22,7 +23,7 @@ worst, compared = 0.0, 0
 for x, y in zip(la, lb):
     if x["step"] != y["step"]:
         sys.exit(f"FAIL: step {x['step']} vs {y['step']}")
-    names = keys or sorted(k for k in x if k != "step" and not {"time", "perf"} & set(k.split("/")))
+    names = keys or sorted(k for k in x if k != "step" and not {"time", "perf", "mem"} & set(k.split("/")))
     for k in names:
         if k not in x or k not in y:
             sys.exit(f"FAIL: step {x['step']}: key {k} missing")

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A real size on the CPU: 2 GRPO steps of configs/qwen2_0p5b.yaml on a randomly initialised
+# directory with Qwen2-0.5B's exact architecture and the real Qwen2.5 tokenizer (chat template on),
+# 4 prompts x 4 samples, 64 new tokens, once in float32 and once in bfloat16 with float32 master
+# weights. Prints, per dtype: model load time, rollout tokens/s, train tokens/s (action tokens),
+# peak RSS per rank, and the GEMM rate the run measured. A benchmark, not a test (~10-20 min).
+#
+#   scripts/bench/real_size.sh [NP]      NP ranks (default 1: dp 1, every core for the one rank)
+# Env: TANDEM_REAL_MODEL (default build/_deps/qwen2_0p5b_random, written once, ~1 GB),
+#      DTYPES (default "float32 bfloat16"), STEPS (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+np=${1:-1}
+tandem=build/tandem
+[ -x "$tandem" ] || { echo "real_size: build first (scripts/build.sh)" >&2; exit 1; }
+tok=build/_deps/tokenizers/qwen2_5
+[ -f "$tok/tokenizer.json" ] || bash scripts/fixtures/fetch_tokenizers.sh >/dev/null
+model=${TANDEM_REAL_MODEL:-build/_deps/qwen2_0p5b_random}
+[ -f "$model/model.safetensors" ] || /usr/bin/python3 scripts/fixtures/make_hf_model.py --size qwen2-0.5b "$model" "$tok"
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+steps=${STEPS:-2}
+echo "real_size: $model, $np rank(s), $(nproc) CPUs, $steps steps per dtype"
+for dtype in ${DTYPES:-float32 bfloat16}; do
+  log=$out/$dtype.log
+  start=$(date +%s)
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
+    --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
+    --set run.device=cpu --set parallel.backend=mpi --set run.out_dir="$out" --set run.name="$dtype" \
+    --set run.dtype="$dtype" --set run.steps="$steps" --set optim.warmup_steps=0 \
+    --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
+    --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
+    --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 >"$log" 2>&1 \
+    || { echo "real_size: $dtype run failed:"; tail -20 "$log"; exit 1; }
+  wall=$(( $(date +%s) - start ))
+  /usr/bin/python3 - "$dtype" "$log" "$out/$dtype/metrics.jsonl" "$wall" <<'EOF'
+import json, re, sys
+dtype, log, metrics, wall = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
+rows = [json.loads(l) for l in open(metrics)]
+load = re.search(r"ar policy: .* loaded in ([0-9.]+) s", log)
+gemm = re.search(r"GEMM ([0-9]+) GFLOP/s", log)
+threads = re.search(r"(\d+) intra-op threads per rank", log)
+rss = re.search(r"peak RSS per rank \(GiB\): ([0-9. ]+)", log)
+def mean(key):
+    vals = [r[key] for r in rows if key in r]
+    return sum(vals) / len(vals) if vals else float("nan")
+print(json.dumps({
+    "dtype": dtype, "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
+    "gemm_gflops": int(gemm.group(1)) if gemm else None,
+    "load_s": float(load.group(1)) if load else None,
+    "rollout_tokens_per_s": round(mean("ar/perf/rollout_tokens_per_s"), 1),
+    "train_action_tokens_per_s": round(mean("ar/perf/train_tokens_per_s"), 1),
+    "step_s": round(mean("time/step_s"), 1),
+    "generate_s": round(mean("ar/time/generate_s"), 1), "train_s": round(mean("ar/time/train_s"), 1),
+    "peak_rss_gib_per_rank": [float(x) for x in rss.group(1).split()] if rss else None,
+    "wall_s": wall,
+}))
+EOF
+done
