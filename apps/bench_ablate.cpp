@@ -26,11 +26,11 @@
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
-#include "core/config.h"
-#include "core/cpu_threads.h"
-#include "core/metrics.h"
+#include "core/config/config.h"
+#include "core/run/metrics.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/host_memory.h"
 
 extern char** environ;
 
@@ -69,7 +69,8 @@ void check_override(const std::string& kv, const std::string& where) {
     throw UserError(where + ": '" + kv + "' is not KEY=VALUE (a recipe key such as train.micro_batch_size=4)");
   const std::string key = kv.substr(0, eq);
   if (kBenchKeys.count(key))
-    throw UserError(where + ": " + key + " is set by bench ablate itself (run.steps = --warmup-steps + --steps; "
+    throw UserError(where + ": " + key +
+                    " is set by bench ablate itself (run.steps = --warmup-steps + --steps; "
                     "run.name, run.out_dir, run.save_every, run.log_every per run); drop it");
 }
 
@@ -148,7 +149,8 @@ void forward_signal(int sig) {
 }
 
 struct SignalForwarding {
-  struct sigaction old_int {}, old_term {}, old_hup {};
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
   SignalForwarding() {
     struct sigaction sa {};
     sa.sa_handler = forward_signal;
@@ -260,9 +262,8 @@ RunResult measure(const std::string& metrics_path, const std::string& key, int64
 std::vector<std::string> run_overrides(const BenchAblateArgs& a, const Condition& c, const std::string& run_name,
                                        const std::string& out_dir) {
   const int64_t total = a.warmup_steps + a.steps;
-  std::vector<std::string> o = {"run.steps=" + std::to_string(total), "run.name=" + run_name,
-                                "run.out_dir=" + out_dir, "run.save_every=0",
-                                "run.log_every=" + std::to_string(total)};
+  std::vector<std::string> o = {"run.steps=" + std::to_string(total), "run.name=" + run_name, "run.out_dir=" + out_dir,
+                                "run.save_every=0", "run.log_every=" + std::to_string(total)};
   o.insert(o.end(), a.overrides.begin(), a.overrides.end());
   o.insert(o.end(), c.overrides.begin(), c.overrides.end());
   return o;
@@ -297,8 +298,10 @@ Config check_recipes(const BenchAblateArgs& a, std::vector<Condition>& condition
     } catch (const UserError& e) {
       throw UserError("condition " + c.name + ": " + e.what());
     }
-    if (config.tracks.ar.enabled) c.unit = "action_tokens", c.metric_key = "ar/train/action_tokens";
-    else c.unit = "image_samples", c.metric_key = "image/rollout/samples";
+    if (config.tracks.ar.enabled)
+      c.unit = "action_tokens", c.metric_key = "ar/train/action_tokens";
+    else
+      c.unit = "image_samples", c.metric_key = "image/rollout/samples";
     if (c.name == "B") baseline = config;
   }
   return baseline;
@@ -325,8 +328,9 @@ Json condition_json(const Condition& c, const Condition& base, const std::vector
     j["speedup_refused"] = "this condition counts " + c.unit + " and B counts " + base.unit + ": not comparable";
   } else if (runs.size() < 2) {
     j["speedup_vs_B"] = nullptr;
-    j["speedup_refused"] = "one run per condition: a single unpaired run does not separate the switch from "
-                           "run-to-run noise; use --runs >= 2";
+    j["speedup_refused"] =
+        "one run per condition: a single unpaired run does not separate the switch from "
+        "run-to-run noise; use --runs >= 2";
   } else {
     std::vector<double> pairs;
     double log_sum = 0;
@@ -381,14 +385,23 @@ int run_bench_ablate(const BenchAblateArgs& a) {
     const std::string run_name = c.name + "_" + std::to_string(i);
     const std::string log = out_dir + "/" + run_name + ".log";
     order_names.push_back(run_name);
-    std::vector<std::string> argv = {mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                                     "-np", std::to_string(a.np), exe, "train", "--config", a.config_path};
+    std::vector<std::string> argv = {mpirun,
+                                     "--allow-run-as-root",
+                                     "--oversubscribe",
+                                     "--bind-to",
+                                     "none",
+                                     "-np",
+                                     std::to_string(a.np),
+                                     exe,
+                                     "train",
+                                     "--config",
+                                     a.config_path};
     for (const auto& kv : run_overrides(a, c, run_name, out_dir)) argv.push_back("--set"), argv.push_back(kv);
     std::cerr << "bench ablate: run " << n + 1 << "/" << order.size() << " " << run_name << " ..." << std::flush;
     const Exit e = run_logged(argv, log, a.timeout_s);
     if (g_interrupted) {
-      std::cerr << "\nbench ablate: interrupted (" << strsignal(g_interrupted) << "); runs so far are in "
-                << out_dir << "\n";
+      std::cerr << "\nbench ablate: interrupted (" << strsignal(g_interrupted) << "); runs so far are in " << out_dir
+                << "\n";
       return 128 + g_interrupted;
     }
     const bool ok = !e.timed_out && WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0;
@@ -405,21 +418,28 @@ int run_bench_ablate(const BenchAblateArgs& a) {
     }
     if (!why.empty()) {
       std::cerr << "\nbench ablate: condition " << c.name << " run " << i << " " << why << "; log: " << log
-                << " (the run directory " << out_dir << " is kept). Its last lines:\n" << last_lines(log, 20);
+                << " (the run directory " << out_dir << " is kept). Its last lines:\n"
+                << last_lines(log, 20);
       return 1;
     }
     r.wall_s = e.wall_s;
     results[order[n].first][static_cast<size_t>(i - 1)] = r;
-    std::cerr << " " << static_cast<int64_t>(std::lround(r.tokens_per_s)) << " " << c.unit << "/s, "
-              << r.mean_step_s << " s/step, " << e.wall_s << " s wall\n";
+    std::cerr << " " << static_cast<int64_t>(std::lround(r.tokens_per_s)) << " " << c.unit << "/s, " << r.mean_step_s
+              << " s/step, " << e.wall_s << " s wall\n";
   }
 
   size_t base = 0;
   while (conditions[base].name != "B") ++base;
   Json out;
-  out["settings"] = {{"config", a.config_path}, {"set", a.overrides}, {"conditions", a.conditions},
-                     {"np", a.np}, {"runs", a.runs}, {"steps", a.steps}, {"warmup_steps", a.warmup_steps},
-                     {"out", remove_after ? Json(nullptr) : Json(out_dir)}, {"mpirun", mpirun},
+  out["settings"] = {{"config", a.config_path},
+                     {"set", a.overrides},
+                     {"conditions", a.conditions},
+                     {"np", a.np},
+                     {"runs", a.runs},
+                     {"steps", a.steps},
+                     {"warmup_steps", a.warmup_steps},
+                     {"out", remove_after ? Json(nullptr) : Json(out_dir)},
+                     {"mpirun", mpirun},
                      {"timeout_s", a.timeout_s}};
   out["measurement_scope"] = measurement_scope(a.steps, a.warmup_steps, a.runs);
   out["order"] = order_names;

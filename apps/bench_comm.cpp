@@ -42,8 +42,10 @@ int run_bench_comm(const BenchCommArgs& a, int rank, int world) {
     };
     for (int it = -1; it < iters; ++it) {  // it = -1: warm-up; the order alternates so neither path
       double dt_tensor, dt_raw;            // always runs second (warmer caches)
-      if (it % 2 == 0) dt_tensor = time_tensor(), dt_raw = time_raw();
-      else dt_raw = time_raw(), dt_tensor = time_tensor();
+      if (it % 2 == 0)
+        dt_tensor = time_tensor(), dt_raw = time_raw();
+      else
+        dt_raw = time_raw(), dt_tensor = time_tensor();
       if (it >= 0) tensor_s.push_back(dt_tensor), raw_s.push_back(dt_raw);
       t.fill_(1), std::fill(raw.begin(), raw.end(), 1.0f);  // keep values finite and equal
     }

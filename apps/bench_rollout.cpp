@@ -14,10 +14,10 @@
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/host_memory.h"
 
 namespace tandem::app {
 
@@ -82,7 +82,7 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   c.max_seq_len = a.prompt_len + a.max_new_tokens;
   c.validate();
   models::LlamaForCausalLM model(c, parallel::ParallelContext{}, a.seed);
-  const torch::ScalarType dtype = a.dtype == "float64"   ? torch::kFloat64
+  const torch::ScalarType dtype = a.dtype == "float64"    ? torch::kFloat64
                                   : a.dtype == "bfloat16" ? torch::kBFloat16
                                                           : torch::kFloat32;
   model->to(dtype);
@@ -132,9 +132,8 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   out["host_memory"] = host_memory_description();
   out["gemm512_f32_gflops"] = gemm_gflops();
   out["dtype"] = a.dtype;
-  out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers},
-                  {"heads", c.num_heads},         {"kv_heads", c.num_kv_heads},
-                  {"vocab", c.vocab_size},        {"intermediate_size", c.intermediate_size}};
+  out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers}, {"heads", c.num_heads},
+                  {"kv_heads", c.num_kv_heads},   {"vocab", c.vocab_size},  {"intermediate_size", c.intermediate_size}};
   out["prompt_len"] = a.prompt_len;
   out["max_new_tokens"] = a.max_new_tokens;
   out["batch"] = a.batch;

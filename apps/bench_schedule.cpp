@@ -10,7 +10,7 @@
 #include <iostream>
 
 #include "common/error.h"
-#include "core/schedule.h"
+#include "core/batch/schedule.h"
 
 namespace tandem::app {
 

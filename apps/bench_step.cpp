@@ -6,23 +6,22 @@
 #include <chrono>
 #include <iostream>
 #include <limits>
-#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/ar_track.h"
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
-#include "core/image_track.h"
-#include "core/peak_memory.h"
+#include "core/tracks/ar_track.h"
+#include "core/tracks/image_track.h"
 #include "parallel/process_groups.h"
 #include "parallel/runtime.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/host_memory.h"
+#include "runtime/peak_memory.h"
 
 namespace tandem::app {
-
 
 int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
@@ -31,9 +30,9 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     throw UserError("--track must be ar, image or shared");
   Config config = load_config(a.config_path, a.overrides);
   const bool shared = a.track == "shared";
-  if (shared && config.tracks.image.model.arch != "shared")
+  if (shared && config.tracks.image.model.arch != ImageArch::kShared)
     throw UserError("--track shared needs a recipe with tracks.image.model.arch: shared (e.g. configs/shared.yaml)");
-  config.tracks.ar.enabled = a.track == "ar" || shared || config.tracks.image.model.arch == "shared";
+  config.tracks.ar.enabled = a.track == "ar" || shared || config.tracks.image.model.arch == ImageArch::kShared;
   config.tracks.image.enabled = a.track == "image" || shared;
   validate(config, 1);
   config.tracks.ar.warmstart.steps = 0;
@@ -79,7 +78,8 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     double seconds = 0, peak_mib = 0;
   };
   std::map<int64_t, std::pair<Cell, Cell>> cells;  // micro size -> (ar, image)
-  const std::vector<int64_t> sizes = shared ? std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64} : std::vector<int64_t>{1, 2, 4, 8};
+  const std::vector<int64_t> sizes =
+      shared ? std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64} : std::vector<int64_t>{1, 2, 4, 8};
   for (int64_t mbs : sizes) {
     Config c = config;
     c.train.micro_batch_size = mbs;
@@ -92,7 +92,7 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     std::unique_ptr<ArTrack> ar;
     if (c.tracks.ar.enabled) ar = std::make_unique<ArTrack>(c, comms, torch::kCPU, torch::kFloat32);
     std::unique_ptr<ImageTrack> image;
-    const bool on_shared_model = c.tracks.image.model.arch == "shared";
+    const bool on_shared_model = c.tracks.image.model.arch == ImageArch::kShared;
     if (c.tracks.image.enabled)
       image = std::make_unique<ImageTrack>(c, comms, torch::kCPU, torch::kFloat32,
                                            on_shared_model ? ar->unified_model() : models::UnifiedModel{nullptr},
@@ -103,7 +103,8 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     if (a.track != "image") {
       Cell& c = cells[mbs].first;
       c.seconds = time_track(*ar, fm_ar, c.peak_mib);
-      out[key][shared ? "ar_tokens_per_s" : "tokens_per_s"] = fm_ar["train/action_tokens"] / (a.repeats + 1) / c.seconds;
+      out[key][shared ? "ar_tokens_per_s" : "tokens_per_s"] =
+          fm_ar["train/action_tokens"] / (a.repeats + 1) / c.seconds;
       out[key][shared ? "ar_seconds" : "seconds"] = c.seconds;
       out[key][shared ? "ar_peak_mib" : "peak_mib"] = c.peak_mib;
     }
@@ -124,7 +125,8 @@ int run_bench_step(const BenchStepArgs& a, int argc, char** argv) {
     for (const auto& [mbs, c] : cells) {
       const bool ar_fits = c.first.peak_mib <= budget, image_fits = c.second.peak_mib <= budget;
       if (ar_fits && image_fits &&
-          (!common || c.first.seconds + c.second.seconds < cells[*common].first.seconds + cells[*common].second.seconds))
+          (!common ||
+           c.first.seconds + c.second.seconds < cells[*common].first.seconds + cells[*common].second.seconds))
         common = mbs;
       if (ar_fits && (!best_ar || c.first.seconds < cells[*best_ar].first.seconds)) best_ar = mbs;
       if (image_fits && (!best_image || c.second.seconds < cells[*best_image].second.seconds)) best_image = mbs;

@@ -6,8 +6,8 @@
 // threads (measured beside every timed step) and MFU = achieved / peak. Old log-probs are
 // recomputed once before timing (so the first update's ratio is 1, as in training); the timed
 // steps are what an update costs. --profile runs one more step under the LibTorch profiler.
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -19,16 +19,16 @@
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
-#include "core/collate.h"
-#include "core/cpu_threads.h"
-#include "core/llama_policy.h"
-#include "core/policy_update.h"
-#include "core/schedule.h"
+#include "core/batch/collate.h"
+#include "core/batch/schedule.h"
+#include "core/grpo/policy_update.h"
+#include "core/policies/llama_policy.h"
 #include "parallel/process_groups.h"
-#include "parallel/vocab_parallel_logprob.h"
 #include "parallel/runtime.h"
+#include "parallel/vocab_parallel_logprob.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/host_memory.h"
 
 namespace tandem::app {
 
@@ -158,8 +158,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
     torch::NoGradGuard no_grad;
     for (const auto& m : micros) {
       const auto s = micro_samples(m);
-      old_logp.push_back(m.padded ? policy.forward_padded(collate_padded(s, m.denominators, torch::kFloat32), false).logp
-                                  : policy.forward_packed(collate_packed(s, m.denominators, torch::kFloat32), false).logp);
+      old_logp.push_back(m.padded
+                             ? policy.forward_padded(collate_padded(s, m.denominators, torch::kFloat32), false).logp
+                             : policy.forward_packed(collate_packed(s, m.denominators, torch::kFloat32), false).logp);
     }
   }
   const auto dims = parallel::ParallelDims::resolve(1, 1, 1, 1);
@@ -211,9 +212,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   const double t = median(step_s);
   const double peak = *std::max_element(peaks.begin(), peaks.end());
   nlohmann::json out;
-  out["workload"] = {{"sequences", lengths.size()}, {"tokens", tokens}, {"max_len", max_len},
-                     {"layout", a.layout}, {"micros", micros.size()}, {"padded_micros", padded_micros}};
-  out["model"] = {{"hidden", mc.hidden_size}, {"layers", mc.num_layers}, {"heads", mc.num_heads},
+  out["workload"] = {{"sequences", lengths.size()}, {"tokens", tokens},        {"max_len", max_len},
+                     {"layout", a.layout},          {"micros", micros.size()}, {"padded_micros", padded_micros}};
+  out["model"] = {{"hidden", mc.hidden_size},    {"layers", mc.num_layers},     {"heads", mc.num_heads},
                   {"kv_heads", mc.num_kv_heads}, {"ffn", mc.intermediate_size}, {"vocab", mc.vocab_size},
                   {"matmul_params", n_params}};
   out["threads"] = torch::get_num_threads();

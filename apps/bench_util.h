@@ -8,15 +8,13 @@
 #include <chrono>
 #include <cstdint>
 
-#include "core/blas_kernel.h"
+#include "runtime/blas_kernel.h"
 
 namespace tandem::app {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 using tandem::gemm_gflops;  // core/blas_kernel.h
 

@@ -2,17 +2,18 @@
 // its AR policy out as a plain Hugging Face directory (config.json + safetensors [+ tokenizer]).
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <set>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/checkpoint.h"
-#include "core/checkpoint_manifest.h"
-#include "core/config.h"
-#include "core/rank_runtime.h"
+#include "core/config/config.h"
+#include "core/policies/text_policies.h"
+#include "core/run/checkpoint.h"
+#include "core/run/checkpoint_manifest.h"
+#include "core/run/rank_runtime.h"
 #include "models/llama/config.h"
 #include "models/safetensors.h"
 
@@ -53,17 +54,17 @@ int run_ckpt_info(const std::string& path) {
   if (state.is_discarded()) throw UserError(dir + "/trainer_state.json: not valid JSON");
   const Config config = load_saved_config(dir + "/recipe.yaml");
   std::cout << "checkpoint: " << dir << "\n";
-  std::cout << "integrity: "
-            << (check.status == Integrity::Status::kIntact ? "ok, " : "unverified, ") << check.detail << "\n";
+  std::cout << "integrity: " << (check.status == Integrity::Status::kIntact ? "ok, " : "unverified, ") << check.detail
+            << "\n";
   std::cout << "completed steps: " << state.value("completed_steps", -1) << " of " << config.run.steps << "\n";
   std::cout << "run: " << config.run.name << "  seed " << config.run.seed << "  dtype " << to_string(config.run.dtype)
             << "\n";
   if (config.tracks.ar.enabled) {
     // The architecture the run trained (resolved from hf_dir's config.json when it had one).
     const ArModelConfig& m = config.tracks.ar.model;
-    std::cout << "ar model: arch " << m.arch << (m.hf_dir ? "  from " + *m.hf_dir : std::string()) << "\n  vocab "
-              << m.vocab_size << "  hidden " << m.hidden_size << "  layers " << m.num_layers << "  heads "
-              << m.num_heads << "/" << m.num_kv_heads << "  head_dim "
+    std::cout << "ar model: arch " << to_string(m.arch) << (m.hf_dir ? "  from " + *m.hf_dir : std::string())
+              << "\n  vocab " << m.vocab_size << "  hidden " << m.hidden_size << "  layers " << m.num_layers
+              << "  heads " << m.num_heads << "/" << m.num_kv_heads << "  head_dim "
               << (m.head_dim ? *m.head_dim : m.hidden_size / m.num_heads) << "  ffn " << m.intermediate_size
               << "  context " << m.max_seq_len << "\n  rope_theta " << m.rope_theta << "  rope_scaling "
               << to_string(m.rope_scaling.type) << "  rms_eps " << m.rms_eps << "  tied "
@@ -97,8 +98,10 @@ namespace {
 
 torch::Dtype export_dtype(const std::string& name, const Config& config) {
   if (name.empty()) return compute_dtype(config.run.dtype);
-  static const std::map<std::string, torch::Dtype> kNames{
-      {"float32", torch::kFloat32}, {"bfloat16", torch::kBFloat16}, {"float16", torch::kFloat16}, {"float64", torch::kFloat64}};
+  static const std::map<std::string, torch::Dtype> kNames{{"float32", torch::kFloat32},
+                                                          {"bfloat16", torch::kBFloat16},
+                                                          {"float16", torch::kFloat16},
+                                                          {"float64", torch::kFloat64}};
   const auto it = kNames.find(name);
   if (it == kNames.end()) throw UserError("--dtype " + name + ": expected float32, bfloat16, float16 or float64");
   return it->second;
@@ -112,10 +115,7 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out, const st
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
   if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
   const Config config = load_saved_config(dir + "/recipe.yaml");
-  if (config.tracks.ar.model.arch == "unified")
-    throw UserError(dir + ": the AR policy is the unified text + image model (model_type tandem_unified), which has "
-                    "no Hugging Face equivalent; its ar_model/ (config.json + model.safetensors) is already the "
-                    "portable form, and `tandem generate --checkpoint` samples from it");
+  if (const char* why = text_policy_spec(config.tracks.ar.model.arch).no_hf_export) throw UserError(dir + ": " + why);
   const torch::Dtype dtype = export_dtype(dtype_name, config);
   const fs::path tmp = fs::path(out).string() + ".partial";
   fs::remove_all(tmp);

@@ -31,10 +31,10 @@ struct BenchRolloutArgs {
   int64_t intermediate_size = 0;  // 0: ~8/3 hidden_size, rounded up to 64
   int64_t prompt_len = 32;
   int64_t max_new_tokens = 64;
-  int64_t batch = 8;              // max_batch of the sampler
+  int64_t batch = 8;  // max_batch of the sampler
   int64_t requests = 32;
-  double tail_sigma = 1.0;        // lognormal sigma of the long-tail response lengths
-  int64_t threads = 0;            // 0: LibTorch's default
+  double tail_sigma = 1.0;  // lognormal sigma of the long-tail response lengths
+  int64_t threads = 0;      // 0: LibTorch's default
   uint64_t seed = 0;
   std::string dtype = "float32";
 };
@@ -62,10 +62,10 @@ struct BenchTrainArgs {
   int64_t hidden = 128, layers = 2, heads = 4, kv_heads = 0, ffn = 0, vocab = 16;  // 0: heads / ~8/3 hidden
   std::string layout = "packed";
   std::optional<int64_t> micro_batch_size, max_tokens_per_micro;  // neither: one micro of everything
-  int threads = 0;  // 0: every CPU this process may use
+  int threads = 0;                                                // 0: every CPU this process may use
   int64_t steps = 5, warmup = 2, seed = 0;
-  int64_t save_logits_mib = 0;  // > 0: keep a micro's logits for the backward up to this size
-  std::string profile_path;     // non-empty: a Chrome trace of the last timed step
+  int64_t save_logits_mib = 0;      // > 0: keep a micro's logits for the backward up to this size
+  std::string profile_path;         // non-empty: a Chrome trace of the last timed step
   int64_t logits_chunk_tokens = 0;  // tokens per logits chunk; 0: the 64 MiB default
   bool fused_head = true;           // the loss fused into the lm head (no backward recompute)
 };
@@ -99,10 +99,10 @@ struct GenerateArgs {
   std::string tokenizer;   // with --model: tokenizer.json or its directory ("": the model's own)
   std::vector<std::string> prompts;
   int64_t samples = 1;
-  double temperature = -1;  // < 0: the recipe's
+  double temperature = -1;     // < 0: the recipe's
   int64_t max_new_tokens = 0;  // 0: the recipe's
   uint64_t seed = 0;
-  std::string image_out;  // a unified-model checkpoint: also draw every prompt into this PNG grid
+  std::string image_out;      // a unified-model checkpoint: also draw every prompt into this PNG grid
   std::string chat_template;  // auto | none | FILE ("": the recipe's, or auto with --model)
   std::optional<std::string> system_prompt;
 };

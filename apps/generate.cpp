@@ -10,21 +10,22 @@
 
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/checkpoint.h"
-#include "core/config.h"
-#include "core/image_io.h"
-#include "core/ar_track.h"
-#include "core/llama_policy.h"
-#include "core/model_dir.h"
-#include "core/prompt_format.h"
-#include "core/unified_policy.h"
+#include "core/config/config.h"
+#include "core/config/model_dir.h"
+#include "core/policies/llama_policy.h"
+#include "core/policies/prompt_format.h"
+#include "core/policies/text_policies.h"
+#include "core/policies/unified_policy.h"
+#include "core/run/checkpoint.h"
+#include "core/run/image_io.h"
+#include "core/tracks/ar_track.h"
 #include "models/dit/sampler.h"
-#include "models/unified/flow.h"
-#include "models/unified/weights.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
 #include "models/safetensors.h"
-#include "models/tokenizer.h"
+#include "models/tokenizers/tokenizer.h"
+#include "models/unified/flow.h"
+#include "models/unified/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -38,14 +39,15 @@ struct Policy {
   std::unique_ptr<TextPolicy> policy;
   int64_t vocab_size = 0;
   models::UnifiedModel unified{nullptr};  // set for a unified-model checkpoint
-  ArRolloutConfig rollout;  // sampling settings before the flags
+  ArRolloutConfig rollout;                // sampling settings before the flags
   SamplerConfig image_sampler;
 };
 
 Policy from_checkpoint(const std::string& path) {
   // A run directory means its newest intact checkpoint.
   const bool run_dir = fs::exists(fs::path(path) / "checkpoints");
-  const CheckpointDir::Choice choice = run_dir ? CheckpointDir(path, 0).newest_intact() : CheckpointDir::resolve("", path);
+  const CheckpointDir::Choice choice =
+      run_dir ? CheckpointDir(path, 0).newest_intact() : CheckpointDir::resolve("", path);
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(path + ": no complete checkpoint");
   const std::string& dir = *choice.path;
@@ -64,15 +66,10 @@ Policy from_checkpoint(const std::string& path) {
     if (own && p.format.chat_template != "none") p.format.chat_template = "auto";
     p.tokenizer = models::load_hf_tokenizer(*p.format.tokenizer_path);
   }
-  if (ar.model.arch == "unified") {
-    p.unified = models::load_unified(dir + "/ar_model", torch::kFloat32);
-    p.vocab_size = p.unified->config().vocab_size;
-    p.policy = std::make_unique<UnifiedTextPolicy>(p.unified);
-  } else {
-    auto model = models::load_llama(dir + "/ar_model", {}, torch::kFloat32);
-    p.vocab_size = model->config().vocab_size;
-    p.policy = std::make_unique<LlamaPolicy>(model);
-  }
+  BuiltTextPolicy built = text_policy_spec(ar.model.arch).load(dir + "/ar_model", torch::kFloat32);
+  p.policy = std::move(built.policy);
+  p.unified = built.unified;
+  p.vocab_size = ar.model.vocab_size;
   p.rollout = ar.rollout;
   p.image_sampler = config.tracks.image.sampler;
   return p;
@@ -80,7 +77,8 @@ Policy from_checkpoint(const std::string& path) {
 
 Policy from_hf_dir(const std::string& dir, const std::string& tokenizer) {
   if (!fs::is_directory(dir))
-    throw UserError("--model " + dir + ": no such directory (a Hugging Face model directory: config.json + safetensors)");
+    throw UserError("--model " + dir +
+                    ": no such directory (a Hugging Face model directory: config.json + safetensors)");
   std::string tok = tokenizer;
   if (tok.empty()) {
     if (!fs::exists(fs::path(dir) / "tokenizer.json"))
@@ -114,7 +112,9 @@ void draw(Policy& p, const std::vector<std::vector<int64_t>>& prompt_ids, const 
   const auto columns = static_cast<int64_t>(prompt_ids.size());
   if (fs::path(a.image_out).has_parent_path()) fs::create_directories(fs::path(a.image_out).parent_path());
   write_png_grid(a.image_out, images.to(torch::kFloat32), columns);
-  nlohmann::json j{{"image", fs::path(a.image_out).filename().string()}, {"columns", columns}, {"rows", a.samples},
+  nlohmann::json j{{"image", fs::path(a.image_out).filename().string()},
+                   {"columns", columns},
+                   {"rows", a.samples},
                    {"prompts", a.prompts}};
   const std::string json_path = fs::path(a.image_out).replace_extension(".json").string();
   std::ofstream json(json_path);
@@ -127,8 +127,9 @@ void draw(Policy& p, const std::vector<std::vector<int64_t>>& prompt_ids, const 
 
 int run_generate(const GenerateArgs& a) {
   if (a.checkpoint.empty() == a.model.empty())
-    throw UserError("give exactly one of --checkpoint (a run or checkpoint directory) or --model (a Hugging Face "
-                    "model directory)");
+    throw UserError(
+        "give exactly one of --checkpoint (a run or checkpoint directory) or --model (a Hugging Face "
+        "model directory)");
   if (a.prompts.empty()) throw UserError("give at least one --prompt");
   // Bounded before anything is sized from them (a typo'd count must not allocate gigabytes first).
   constexpr int64_t kMaxRequests = 4096;
@@ -141,8 +142,9 @@ int run_generate(const GenerateArgs& a) {
   Policy p = a.model.empty() ? from_checkpoint(a.checkpoint) : from_hf_dir(a.model, a.tokenizer);
   const models::Tokenizer& tok = *p.tokenizer;
   if (!a.image_out.empty() && p.unified.is_empty())
-    throw UserError("--image-out: this policy only writes text; images need a checkpoint of the unified model "
-                    "(tracks.ar.model.arch: unified)");
+    throw UserError(
+        "--image-out: this policy only writes text; images need a checkpoint of the unified model "
+        "(tracks.ar.model.arch: unified)");
   const int64_t model_vocab = p.vocab_size;
   if (!a.chat_template.empty()) p.format.chat_template = a.chat_template, p.format.origin = "--chat-template";
   if (a.chat_template == "none") p.format.system_prompt.reset();  // raw prompts: the recipe's system turn goes too
@@ -162,8 +164,9 @@ int run_generate(const GenerateArgs& a) {
     const std::vector<int64_t> ids = format.encode(a.prompts[i]);
     if (static_cast<int64_t>(ids.size()) + sp.max_new_tokens > p.policy->max_seq_len())
       throw UserError("--prompt '" + a.prompts[i].substr(0, 40) + "': " + std::to_string(ids.size()) +
-                      " prompt tokens + " + std::to_string(sp.max_new_tokens) + " new tokens exceed the model's context of " +
-                      std::to_string(p.policy->max_seq_len()) + "; lower --max-new-tokens");
+                      " prompt tokens + " + std::to_string(sp.max_new_tokens) +
+                      " new tokens exceed the model's context of " + std::to_string(p.policy->max_seq_len()) +
+                      "; lower --max-new-tokens");
     for (const int64_t id : ids)
       if (id >= model_vocab)
         throw UserError("--prompt '" + a.prompts[i] + "': token id " + std::to_string(id) +

@@ -1,17 +1,17 @@
 // tandem's entry point: CLI11 subcommands and the exit-code policy (bad input -> 2), nothing else.
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <iostream>
 
 #include "apps/commands.h"
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
-#include "core/config.h"
-#include "core/preflight.h"
+#include "core/config/config.h"
+#include "core/config/preflight.h"
 #include "parallel/runtime.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/host_memory.h"
 
 namespace {
 
@@ -73,9 +73,12 @@ int main(int argc, char** argv) {
   pretrain->add_option("--set", pretrain_args.overrides, "override a recipe key")->take_all();
 
   tandem::app::GenerateArgs gen_args;
-  CLI::App* gen = app.add_subcommand("generate", "sample text (and, from a unified model, images) from a trained policy or a Hugging Face Llama / Qwen2");
+  CLI::App* gen = app.add_subcommand(
+      "generate",
+      "sample text (and, from a unified model, images) from a trained policy or a Hugging Face Llama / Qwen2");
   gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory");
-  auto* gen_model = gen->add_option("--model", gen_args.model, "Hugging Face model directory (instead of --checkpoint)");
+  auto* gen_model =
+      gen->add_option("--model", gen_args.model, "Hugging Face model directory (instead of --checkpoint)");
   gen->add_option("--tokenizer", gen_args.tokenizer, "tokenizer.json for --model (default: the model directory's)")
       ->needs(gen_model);
   gen->add_option("--prompt", gen_args.prompts, "prompt text (repeatable)")->required();
@@ -86,7 +89,8 @@ int main(int argc, char** argv) {
   gen->add_option("--chat-template", gen_args.chat_template,
                   "auto (the tokenizer's tokenizer_config.json), none (raw prompt text) or a Jinja file (default: the "
                   "recipe's for --checkpoint, auto for --model)");
-  gen->add_option("--system-prompt", gen_args.system_prompt, "a system turn before each prompt (needs a chat template)");
+  gen->add_option("--system-prompt", gen_args.system_prompt,
+                  "a system turn before each prompt (needs a chat template)");
   gen->add_option("--image-out", gen_args.image_out,
                   "unified-model checkpoints: also draw each prompt (a column per prompt, a row per sample) into "
                   "this PNG, with a .json of the prompts beside it");
@@ -99,8 +103,9 @@ int main(int argc, char** argv) {
   CLI::App* ckpt_export = ckpt->add_subcommand("export-hf", "copy the AR policy out as a Hugging Face directory");
   ckpt_export->add_option("path", ckpt_path, "checkpoint or run directory")->required();
   ckpt_export->add_option("out", export_out, "new output directory")->required();
-  ckpt_export->add_option("--dtype", export_dtype,
-                          "weights dtype: float32, bfloat16, float16 or float64 (default: the run's compute dtype)")
+  ckpt_export
+      ->add_option("--dtype", export_dtype,
+                   "weights dtype: float32, bfloat16, float16 or float64 (default: the run's compute dtype)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16", "float64"}));
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
@@ -138,19 +143,23 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
 
   tandem::app::BenchCommArgs comm_args;
-  CLI::App* bench_comm = bench->add_subcommand("comm", "all-reduce bandwidth, tensor path vs raw MPI (run under mpirun)");
+  CLI::App* bench_comm =
+      bench->add_subcommand("comm", "all-reduce bandwidth, tensor path vs raw MPI (run under mpirun)");
   bench_comm->add_option("--min-mib", comm_args.min_mib, "smallest buffer (MiB)")->check(CLI::PositiveNumber);
-  bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")->check(CLI::PositiveNumber);
-  bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")->check(CLI::PositiveNumber);
+  bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")
+      ->check(CLI::PositiveNumber);
+  bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")
+      ->check(CLI::PositiveNumber);
 
   tandem::app::BenchStepArgs step_args;
   CLI::App* bench_step = bench->add_subcommand(
       "step", "a track's training throughput at micro sizes 1, 2, 4, 8 (shared: both tracks on one unified model)");
   bench_step->add_option("--track", step_args.track, "ar, image or shared")
       ->check(CLI::IsMember({"ar", "image", "shared"}));
-  bench_step->add_option("--memory-budget-mib", step_args.memory_budget_mib,
-                         "shared: the most peak tensor memory one micro of either track may take (sizes above it "
-                         "are not eligible)")
+  bench_step
+      ->add_option("--memory-budget-mib", step_args.memory_budget_mib,
+                   "shared: the most peak tensor memory one micro of either track may take (sizes above it "
+                   "are not eligible)")
       ->check(CLI::PositiveNumber);
   bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
   bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
@@ -164,8 +173,10 @@ int main(int argc, char** argv) {
   bench_train->add_option("--hidden", train_bench.hidden, "hidden size")->check(CLI::PositiveNumber);
   bench_train->add_option("--layers", train_bench.layers, "decoder layers")->check(CLI::PositiveNumber);
   bench_train->add_option("--heads", train_bench.heads, "attention heads")->check(CLI::PositiveNumber);
-  bench_train->add_option("--kv-heads", train_bench.kv_heads, "kv heads (default: --heads)")->check(CLI::PositiveNumber);
-  bench_train->add_option("--ffn", train_bench.ffn, "MLP intermediate size (default ~8/3 hidden)")->check(CLI::PositiveNumber);
+  bench_train->add_option("--kv-heads", train_bench.kv_heads, "kv heads (default: --heads)")
+      ->check(CLI::PositiveNumber);
+  bench_train->add_option("--ffn", train_bench.ffn, "MLP intermediate size (default ~8/3 hidden)")
+      ->check(CLI::PositiveNumber);
   bench_train->add_option("--vocab", train_bench.vocab, "vocabulary size")->check(CLI::PositiveNumber);
   bench_train->add_option("--layout", train_bench.layout, "packed, padded or auto")
       ->check(CLI::IsMember({"packed", "padded", "auto"}));
@@ -174,30 +185,36 @@ int main(int argc, char** argv) {
   bench_train->add_option("--max-tokens-per-micro", train_bench.max_tokens_per_micro, "token budget per micro")
       ->check(CLI::PositiveNumber)
       ->excludes(train_mbs);
-  bench_train->add_option("--threads", train_bench.threads, "intra-op threads (default: every CPU this process may use)")
+  bench_train
+      ->add_option("--threads", train_bench.threads, "intra-op threads (default: every CPU this process may use)")
       ->check(CLI::PositiveNumber);
   bench_train->add_option("--steps", train_bench.steps, "timed steps (median)")->check(CLI::PositiveNumber);
   bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   bench_train->add_option("--seed", train_bench.seed, "weights and tokens seed")->check(CLI::NonNegativeNumber);
-  bench_train->add_option("--save-logits-mib", train_bench.save_logits_mib,
-                          "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
+  bench_train
+      ->add_option("--save-logits-mib", train_bench.save_logits_mib,
+                   "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
       ->check(CLI::NonNegativeNumber);
-  bench_train->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
-                          "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
+  bench_train
+      ->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
+                   "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
       ->check(CLI::NonNegativeNumber);
   bench_train->add_flag("--fused-head,!--no-fused-head", train_bench.fused_head,
                         "fuse the loss into the lm head (default) or recompute the logits in the backward");
-  bench_train->add_option("--profile", train_bench.profile_path,
-                          "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");
+  bench_train->add_option(
+      "--profile", train_bench.profile_path,
+      "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");
 
   tandem::app::BenchAblateArgs ablate;
-  CLI::App* bench_ablate = bench->add_subcommand(
-      "ablate", "tokens/s of named conditions of `tandem train`, fresh mpirun processes in ABBA order, "
-                "speedups over condition B paired run by run");
+  CLI::App* bench_ablate =
+      bench->add_subcommand("ablate",
+                            "tokens/s of named conditions of `tandem train`, fresh mpirun processes in ABBA order, "
+                            "speedups over condition B paired run by run");
   bench_ablate->add_option("--config,-c", ablate.config_path, "recipe every condition runs")->required();
   bench_ablate->add_option("--set", ablate.overrides, "override a recipe key in every condition")->take_all();
-  bench_ablate->add_option("--condition", ablate.conditions,
-                           "NAME=KEY=VALUE;KEY=VALUE... (repeatable; may be empty: B=); B is the baseline")
+  bench_ablate
+      ->add_option("--condition", ablate.conditions,
+                   "NAME=KEY=VALUE;KEY=VALUE... (repeatable; may be empty: B=); B is the baseline")
       ->take_all()
       ->required();
   bench_ablate->add_option("--np", ablate.np, "ranks per run")->capture_default_str();

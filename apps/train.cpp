@@ -7,10 +7,10 @@
 
 #include "apps/commands.h"
 #include "common/error.h"
-#include "core/config.h"
-#include "core/preflight.h"
-#include "core/rollout_worker.h"
-#include "core/trainer.h"
+#include "core/config/config.h"
+#include "core/config/preflight.h"
+#include "core/run/trainer.h"
+#include "core/tracks/rollout_worker.h"
 #include "parallel/communicator.h"
 #include "parallel/process_groups.h"
 #include "parallel/runtime.h"
@@ -80,12 +80,12 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
     auto cp = parallel::make_mpi_communicator(groups, Axis::kCp, timeout);
     auto tp = parallel::make_mpi_communicator(groups, Axis::kTp, timeout);
     auto dp_cp = parallel::make_mpi_communicator(groups, Axis::kDpCp, timeout);
-    TrainerComms comms{world.get(), dp.get(), cp.get(), tp.get(), dp_cp.get(), tp.get(), cp.get(), dp_cp.get(),
-                       bridge.get()};
+    TrainerComms comms{world.get(), dp.get(), cp.get(),    tp.get(),    dp_cp.get(),
+                       tp.get(),    cp.get(), dp_cp.get(), bridge.get()};
     // On CUDA with NCCL available (backend auto|nccl), model tensors move over NCCL.
     std::unique_ptr<parallel::Communicator> nccl_tp, nccl_cp, nccl_grad;
-    const bool cuda = config.run.device == Device::kCuda ||
-                      (config.run.device == Device::kAuto && torch::cuda::is_available());
+    const bool cuda =
+        config.run.device == Device::kCuda || (config.run.device == Device::kAuto && torch::cuda::is_available());
     if (config.parallel.backend == Backend::kNccl && !cuda)
       throw UserError("parallel.backend: nccl needs run.device cuda (or auto with a visible GPU)");
     if (cuda && config.parallel.backend != Backend::kMpi && parallel::nccl_available()) {

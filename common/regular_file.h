@@ -19,7 +19,8 @@ namespace tandem {
 inline void require_regular_file(const std::string& path, const std::string& what = "") {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
-    throw UserError(path + ": " + what + (errno == ENOENT ? "does not exist" : "cannot be read: " + std::string(std::strerror(errno))));
+    throw UserError(path + ": " + what +
+                    (errno == ENOENT ? "does not exist" : "cannot be read: " + std::string(std::strerror(errno))));
   if (S_ISDIR(st.st_mode)) throw UserError(path + ": " + what + "is a directory, expected a file");
   if (!S_ISREG(st.st_mode))
     throw UserError(path + ": " + what + "is not a regular file (a FIFO, a device or a socket); give a file");

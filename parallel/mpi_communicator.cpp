@@ -14,42 +14,53 @@ namespace tandem::parallel {
 
 namespace {
 
-#define TANDEM_MPI_CHECK(call)                                                                   \
-  do {                                                                                           \
-    const int rc_ = (call);                                                                      \
-    if (rc_ != MPI_SUCCESS) {                                                                    \
-      char msg_[MPI_MAX_ERROR_STRING];                                                           \
-      int len_ = 0;                                                                              \
-      MPI_Error_string(rc_, msg_, &len_);                                                        \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +  \
-                               #call + " failed: " + std::string(msg_, len_));                   \
-    }                                                                                            \
+#define TANDEM_MPI_CHECK(call)                                                                         \
+  do {                                                                                                 \
+    const int rc_ = (call);                                                                            \
+    if (rc_ != MPI_SUCCESS) {                                                                          \
+      char msg_[MPI_MAX_ERROR_STRING];                                                                 \
+      int len_ = 0;                                                                                    \
+      MPI_Error_string(rc_, msg_, &len_);                                                              \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call + \
+                               " failed: " + std::string(msg_, len_));                                 \
+    }                                                                                                  \
   } while (0)
 
 MPI_Datatype reduce_type(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return MPI_FLOAT;
-    case torch::kFloat64: return MPI_DOUBLE;
-    case torch::kInt64: return MPI_INT64_T;
-    case torch::kInt32: return MPI_INT32_T;
-    case torch::kUInt8: return MPI_UINT8_T;
-    case torch::kInt8: return MPI_INT8_T;
-    default: return MPI_DATATYPE_NULL;
+    case torch::kFloat32:
+      return MPI_FLOAT;
+    case torch::kFloat64:
+      return MPI_DOUBLE;
+    case torch::kInt64:
+      return MPI_INT64_T;
+    case torch::kInt32:
+      return MPI_INT32_T;
+    case torch::kUInt8:
+      return MPI_UINT8_T;
+    case torch::kInt8:
+      return MPI_INT8_T;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
   }
   return MPI_SUM;
 }
 
 int to_int(int64_t n, const char* what) {
-  if (n < 0 || n > INT_MAX) throw std::invalid_argument(std::string(what) + ": count " + std::to_string(n) +
-                                                        " exceeds MPI's int range; split the tensor");
+  if (n < 0 || n > INT_MAX)
+    throw std::invalid_argument(std::string(what) + ": count " + std::to_string(n) +
+                                " exceeds MPI's int range; split the tensor");
   return static_cast<int>(n);
 }
 
@@ -92,7 +103,8 @@ class MpiCommunicator final : public Communicator {
     }
     torch::Tensor c = t.is_contiguous() ? t : t.contiguous();
     WatchdogScope guard(name() + " all_reduce", timeout_s_);
-    TANDEM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, c.data_ptr(), to_int(c.numel(), "all_reduce"), type, mpi_op(op), comm_));
+    TANDEM_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, c.data_ptr(), to_int(c.numel(), "all_reduce"), type, mpi_op(op), comm_));
     if (!c.is_same(t)) t.copy_(c);
   }
 
@@ -114,8 +126,8 @@ class MpiCommunicator final : public Communicator {
     torch::Tensor c = t.dim() == 0 ? t.reshape({1}).contiguous() : t.contiguous();
     torch::Tensor rows = torch::tensor({c.size(0)}, torch::kInt64);
     torch::Tensor all_rows = all_gather(rows);  // (size)
-    const int64_t row_bytes = c.size(0) > 0 ? c.numel() / c.size(0) * c.element_size()
-                                            : row_elems(c) * c.element_size();
+    const int64_t row_bytes =
+        c.size(0) > 0 ? c.numel() / c.size(0) * c.element_size() : row_elems(c) * c.element_size();
     std::vector<int> counts(size_), displs(size_);
     int64_t total_rows = 0;
     for (int64_t r = 0; r < size_; ++r) {
@@ -128,8 +140,8 @@ class MpiCommunicator final : public Communicator {
     shape[0] = total_rows;
     torch::Tensor out = torch::empty(shape, c.options());
     WatchdogScope guard(name() + " all_gather_v", timeout_s_);
-    TANDEM_MPI_CHECK(MPI_Allgatherv(c.data_ptr(), counts[rank_], MPI_BYTE, out.data_ptr(), counts.data(),
-                                    displs.data(), MPI_BYTE, comm_));
+    TANDEM_MPI_CHECK(MPI_Allgatherv(c.data_ptr(), counts[rank_], MPI_BYTE, out.data_ptr(), counts.data(), displs.data(),
+                                    MPI_BYTE, comm_));
     return out;
   }
 
@@ -144,8 +156,8 @@ class MpiCommunicator final : public Communicator {
     shape[0] /= size_;
     torch::Tensor out = torch::empty(shape, c.options());
     WatchdogScope guard(name() + " reduce_scatter", timeout_s_);
-    TANDEM_MPI_CHECK(MPI_Reduce_scatter_block(c.data_ptr(), out.data_ptr(), to_int(out.numel(), "reduce_scatter"),
-                                              type, mpi_op(op), comm_));
+    TANDEM_MPI_CHECK(MPI_Reduce_scatter_block(c.data_ptr(), out.data_ptr(), to_int(out.numel(), "reduce_scatter"), type,
+                                              mpi_op(op), comm_));
     return out;
   }
 
@@ -193,8 +205,8 @@ class MpiCommunicator final : public Communicator {
     torch::Tensor out = torch::empty(shape, c.options());
     {
       WatchdogScope guard(name() + " all_to_all_v", timeout_s_);
-      TANDEM_MPI_CHECK(MPI_Alltoallv(c.data_ptr(), sc.data(), sd.data(), MPI_BYTE, out.data_ptr(), rc.data(),
-                                     rd.data(), MPI_BYTE, comm_));
+      TANDEM_MPI_CHECK(MPI_Alltoallv(c.data_ptr(), sc.data(), sd.data(), MPI_BYTE, out.data_ptr(), rc.data(), rd.data(),
+                                     MPI_BYTE, comm_));
     }
     if (recv_counts) *recv_counts = recv;
     return out;

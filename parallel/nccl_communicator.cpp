@@ -22,47 +22,59 @@ namespace tandem::parallel {
 
 namespace {
 
-#define TANDEM_CUDA_CHECK(call)                                                                   \
-  do {                                                                                            \
-    const cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess)                                                                        \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +   \
-                               #call + " failed: " + cudaGetErrorString(e_));                     \
+#define TANDEM_CUDA_CHECK(call)                                                                        \
+  do {                                                                                                 \
+    const cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess)                                                                             \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call + \
+                               " failed: " + cudaGetErrorString(e_));                                  \
   } while (0)
 
-#define TANDEM_NCCL_CHECK(call)                                                                   \
-  do {                                                                                            \
-    const ncclResult_t r_ = (call);                                                               \
-    if (r_ != ncclSuccess)                                                                        \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +   \
-                               #call + " failed: " + ncclGetErrorString(r_));                     \
+#define TANDEM_NCCL_CHECK(call)                                                                        \
+  do {                                                                                                 \
+    const ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess)                                                                             \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call + \
+                               " failed: " + ncclGetErrorString(r_));                                  \
   } while (0)
 
-#define TANDEM_MPI_OK(call)                                                                       \
-  do {                                                                                            \
-    if ((call) != MPI_SUCCESS)                                                                    \
+#define TANDEM_MPI_OK(call)                                                                                      \
+  do {                                                                                                           \
+    if ((call) != MPI_SUCCESS)                                                                                   \
       throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call " failed"); \
   } while (0)
 
 ncclDataType_t nccl_type(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return ncclFloat32;
-    case torch::kFloat64: return ncclFloat64;
-    case torch::kBFloat16: return ncclBfloat16;
-    case torch::kHalf: return ncclFloat16;
-    case torch::kInt64: return ncclInt64;
-    case torch::kInt32: return ncclInt32;
-    case torch::kUInt8: return ncclUint8;
-    case torch::kInt8: return ncclInt8;
-    default: throw std::invalid_argument("NcclCommunicator: unsupported dtype");
+    case torch::kFloat32:
+      return ncclFloat32;
+    case torch::kFloat64:
+      return ncclFloat64;
+    case torch::kBFloat16:
+      return ncclBfloat16;
+    case torch::kHalf:
+      return ncclFloat16;
+    case torch::kInt64:
+      return ncclInt64;
+    case torch::kInt32:
+      return ncclInt32;
+    case torch::kUInt8:
+      return ncclUint8;
+    case torch::kInt8:
+      return ncclInt8;
+    default:
+      throw std::invalid_argument("NcclCommunicator: unsupported dtype");
   }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -106,8 +118,8 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
     torch::Tensor c = cuda_contiguous(t, "all_reduce");
-    TANDEM_NCCL_CHECK(ncclAllReduce(c.data_ptr(), c.data_ptr(), c.numel(), nccl_type(c.scalar_type()), nccl_op(op),
-                                    comm_, stream_));
+    TANDEM_NCCL_CHECK(
+        ncclAllReduce(c.data_ptr(), c.data_ptr(), c.numel(), nccl_type(c.scalar_type()), nccl_op(op), comm_, stream_));
     wait("all_reduce");
     if (!c.is_same(t)) t.copy_(c);
   }
@@ -118,7 +130,8 @@ class NcclCommunicator final : public Communicator {
     if (shape.empty()) shape.push_back(1);
     shape[0] *= size_;
     torch::Tensor out = torch::empty(shape, c.options());
-    TANDEM_NCCL_CHECK(ncclAllGather(c.data_ptr(), out.data_ptr(), c.numel() * c.element_size(), ncclUint8, comm_, stream_));
+    TANDEM_NCCL_CHECK(
+        ncclAllGather(c.data_ptr(), out.data_ptr(), c.numel() * c.element_size(), ncclUint8, comm_, stream_));
     wait("all_gather");
     return out;
   }
@@ -139,8 +152,8 @@ class NcclCommunicator final : public Communicator {
     TANDEM_NCCL_CHECK(ncclGroupStart());
     int64_t off = 0;
     for (int64_t r = 0; r < size_; ++r) {  // a broadcast rooted at each rank: NCCL has no allgatherv
-      TANDEM_NCCL_CHECK(ncclBroadcast(r == rank_ ? c.data_ptr() : nullptr, base + off * row_bytes,
-                                      rows[r] * row_bytes, ncclUint8, static_cast<int>(r), comm_, stream_));
+      TANDEM_NCCL_CHECK(ncclBroadcast(r == rank_ ? c.data_ptr() : nullptr, base + off * row_bytes, rows[r] * row_bytes,
+                                      ncclUint8, static_cast<int>(r), comm_, stream_));
       off += rows[r];
     }
     TANDEM_NCCL_CHECK(ncclGroupEnd());
@@ -192,8 +205,8 @@ class NcclCommunicator final : public Communicator {
         TANDEM_NCCL_CHECK(ncclSend(sbase + s_off * row_bytes, send_counts[r] * row_bytes, ncclUint8,
                                    static_cast<int>(r), comm_, stream_));
       if (recv[r] > 0)
-        TANDEM_NCCL_CHECK(ncclRecv(rbase + r_off * row_bytes, recv[r] * row_bytes, ncclUint8, static_cast<int>(r),
-                                   comm_, stream_));
+        TANDEM_NCCL_CHECK(
+            ncclRecv(rbase + r_off * row_bytes, recv[r] * row_bytes, ncclUint8, static_cast<int>(r), comm_, stream_));
       s_off += send_counts[r];
       r_off += recv[r];
     }
@@ -268,8 +281,9 @@ bool nccl_available() { return true; }
 namespace tandem::parallel {
 
 std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups&, Axis, double, int) {
-  throw UserError("parallel.backend: this tandem was built without NCCL (CUDA toolkit + NCCL not found at build "
-                  "time); use parallel.backend: mpi or rebuild with CUDA");
+  throw UserError(
+      "parallel.backend: this tandem was built without NCCL (CUDA toolkit + NCCL not found at build "
+      "time); use parallel.backend: mpi or rebuild with CUDA");
 }
 
 bool nccl_available() { return false; }

@@ -29,9 +29,8 @@ ParallelDims ParallelDims::resolve(int64_t dp, int64_t cp, int64_t tp, int64_t w
   }
   if (dp < 1) throw UserError(what + ": dp must be >= 1 or -1 (inferred)");
   if (dp * cp * tp != world_size)
-    throw UserError(what + ": dp*cp*tp=" + std::to_string(dp * cp * tp) +
-                    " != world size " + std::to_string(world_size) +
-                    "; set parallel.dp=-1 to infer it, or launch dp*cp*tp ranks");
+    throw UserError(what + ": dp*cp*tp=" + std::to_string(dp * cp * tp) + " != world size " +
+                    std::to_string(world_size) + "; set parallel.dp=-1 to infer it, or launch dp*cp*tp ranks");
   return ParallelDims(dp, cp, tp);
 }
 

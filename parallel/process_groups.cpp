@@ -13,11 +13,16 @@ namespace {
 std::pair<int64_t, int64_t> colour_key(const ParallelDims& d, int64_t rank, Axis axis) {
   const RankCoord c = d.coord(rank);
   switch (axis) {
-    case Axis::kWorld: return {0, rank};
-    case Axis::kDp: return {c.cp * d.tp() + c.tp, c.dp};
-    case Axis::kCp: return {c.dp * d.tp() + c.tp, c.cp};
-    case Axis::kTp: return {c.dp * d.cp() + c.cp, c.tp};
-    case Axis::kDpCp: return {c.tp, c.dp * d.cp() + c.cp};
+    case Axis::kWorld:
+      return {0, rank};
+    case Axis::kDp:
+      return {c.cp * d.tp() + c.tp, c.dp};
+    case Axis::kCp:
+      return {c.dp * d.tp() + c.tp, c.cp};
+    case Axis::kTp:
+      return {c.dp * d.cp() + c.cp, c.tp};
+    case Axis::kDpCp:
+      return {c.tp, c.dp * d.cp() + c.cp};
   }
   throw std::logic_error("unknown axis");
 }
@@ -75,11 +80,16 @@ ProcessGroups::~ProcessGroups() {
 
 MPI_Comm ProcessGroups::comm(Axis axis) const {
   switch (axis) {
-    case Axis::kWorld: return world_;
-    case Axis::kDp: return dp_;
-    case Axis::kCp: return cp_;
-    case Axis::kTp: return tp_;
-    case Axis::kDpCp: return dp_cp_;
+    case Axis::kWorld:
+      return world_;
+    case Axis::kDp:
+      return dp_;
+    case Axis::kCp:
+      return cp_;
+    case Axis::kTp:
+      return tp_;
+    case Axis::kDpCp:
+      return dp_cp_;
   }
   return MPI_COMM_NULL;
 }

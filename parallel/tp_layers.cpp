@@ -10,9 +10,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 int64_t as_int(Communicator* comm) { return reinterpret_cast<int64_t>(comm); }
-Communicator* as_comm(AutogradContext* ctx) {
-  return reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-}
+Communicator* as_comm(AutogradContext* ctx) { return reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt()); }
 
 torch::Tensor all_reduced(const torch::Tensor& t, Communicator& comm) {
   torch::Tensor out = t.clone(at::MemoryFormat::Contiguous);
@@ -42,7 +40,7 @@ struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
     ctx->saved_data["begin"] = begin;
     ctx->saved_data["size"] = x.size(-1);
     const int64_t n = x.size(-1);
-    torch::Tensor rows = x.reshape({-1, n}).t().contiguous();                      // (n_r, A)
+    torch::Tensor rows = x.reshape({-1, n}).t().contiguous();                       // (n_r, A)
     torch::Tensor all = reinterpret_cast<Communicator*>(comm)->all_gather_v(rows);  // (n, A)
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = all.size(0);
@@ -65,7 +63,8 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
     std::vector<int64_t> sizes;
     for (const auto& w : weights) sizes.push_back(w.size(0));
     const torch::Tensor wt = torch::cat(weights, 0).t();  // (in, sum out)
-    const torch::Tensor y = biases.empty() ? torch::matmul(x, wt) : torch::addmm(torch::cat(biases, 0), x, wt);  // (M, sum out)
+    const torch::Tensor y =
+        biases.empty() ? torch::matmul(x, wt) : torch::addmm(torch::cat(biases, 0), x, wt);  // (M, sum out)
     variable_list saved = {x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
@@ -82,13 +81,13 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
       const torch::Tensor g = grads[i].contiguous();  // (M, out_i)
-      const torch::Tensor& w = saved[i + 1];            // (out_i, in)
+      const torch::Tensor& w = saved[i + 1];          // (out_i, in)
       if (!dx.defined()) {
         dx = torch::matmul(g, w);
       } else {
         dx.addmm_(g, w);
       }
-      out[i + 1] = torch::matmul(g.t(), x);        // (out_i, in)
+      out[i + 1] = torch::matmul(g.t(), x);      // (out_i, in)
       if (with_bias) out[1 + k + i] = g.sum(0);  // (out_i)
     }
     out[0] = dx;
@@ -113,8 +112,8 @@ torch::Tensor gather_last_dim_from_tp(const torch::Tensor& x, Communicator* tp, 
   return GatherLastDim::apply(x, as_int(tp), local_begin);
 }
 
-ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
-                                                   const ParallelContext& ctx, int64_t split_unit)
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias, const ParallelContext& ctx,
+                                                   int64_t split_unit)
     : in_features(in),
       out_features(out),
       out_range(shard_range(out / split_unit, ctx.tp_rank, ctx.tp_size, split_unit)),
@@ -172,7 +171,7 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim,
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  if (tp_ == nullptr || tp_->size() == 1) return torch::embedding(weight, ids);  // (..., dim)
+  if (tp_ == nullptr || tp_->size() == 1) return torch::embedding(weight, ids);         // (..., dim)
   const torch::Tensor in_shard = (ids >= vocab_range.begin) & (ids < vocab_range.end);  // (...)
   const torch::Tensor local = torch::where(in_shard, ids - vocab_range.begin, torch::zeros_like(ids));
   torch::Tensor rows = torch::embedding(weight, local) * in_shard.unsqueeze(-1).to(weight.scalar_type());

@@ -54,7 +54,7 @@ void multiply_out(const torch::Tensor& dz, const torch::Tensor& h, const torch::
 
 // Local column of each target, clamped into the shard, and whether it is in the shard.
 std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targets, int64_t begin, int64_t size) {
-  const torch::Tensor local = targets - begin;                    // (C)
+  const torch::Tensor local = targets - begin;                   // (C)
   const torch::Tensor in_shard = (local >= 0) & (local < size);  // (C)
   return {local.clamp(0, size - 1), in_shard};
 }
@@ -65,7 +65,8 @@ std::pair<torch::Tensor, torch::Tensor> local_targets(const torch::Tensor& targe
 // product overwrites whichever of z and ez the caller no longer needs (keep_z: ez).
 torch::Tensor chunk_statistics(torch::Tensor& z, torch::Tensor& ez, const torch::Tensor& local,
                                const torch::Tensor& in_shard, bool with_entropy, bool keep_z, Communicator* tp) {
-  const torch::Tensor target_shifted = z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(z.scalar_type());  // (C)
+  const torch::Tensor target_shifted =
+      z.gather(1, local.unsqueeze(1)).squeeze(1) * in_shard.to(z.scalar_type());  // (C)
   torch::exp_out(ez, z);
   std::vector<torch::Tensor> parts = {ez.sum(1), target_shifted};
   if (with_entropy) parts.push_back((keep_z ? ez.mul_(z) : z.mul_(ez)).sum(1));
@@ -85,18 +86,18 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
-    torch::Tensor logp = torch::empty({n}, opts), entropy;   // (N)
-    torch::Tensor lse = torch::empty({n}, opts), mu;         // (N)
+    torch::Tensor logp = torch::empty({n}, opts), entropy;  // (N)
+    torch::Tensor lse = torch::empty({n}, opts), mu;        // (N)
     if (with_entropy) entropy = torch::empty({n}, opts), mu = torch::empty({n}, opts);
     torch::Tensor kept;  // (N, V_local) the shifted logits, when kept for the backward
     if (keep_logits) kept = torch::empty({n, vocab_local}, opts);
     const int64_t rows = std::min(n, chunk);
     torch::Tensor z_buf = keep_logits ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
-    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);                                   // (C, V_local)
+    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);                                  // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk), c = e - s;
-      const torch::Tensor h = hidden.slice(0, s, e);                                   // (C, D)
-      torch::Tensor z = keep_logits ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);     // (C, V_local)
+      const torch::Tensor h = hidden.slice(0, s, e);                                // (C, D)
+      torch::Tensor z = keep_logits ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
       write_logits(z, h, weight);
       const torch::Tensor m = shift_by_max(z, tp);  // (C) kept shifted: lse and mu below are relative to them
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
@@ -112,8 +113,8 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
         mu.slice(0, s, e).copy_(keep_logits ? mean_shifted : m + mean_shifted);
       }
     }
-    ctx->save_for_backward({hidden, weight, targets, lse, with_entropy ? mu : torch::Tensor(),
-                            keep_logits ? kept : torch::Tensor()});
+    ctx->save_for_backward(
+        {hidden, weight, targets, lse, with_entropy ? mu : torch::Tensor(), keep_logits ? kept : torch::Tensor()});
     ctx->saved_data["vocab_begin"] = vocab_begin;
     ctx->saved_data["chunk"] = chunk;
     if (!with_entropy) entropy = torch::zeros({n}, opts);  // an output autograd needs; never read
@@ -123,7 +124,7 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3], &mu = saved[4];
-    const torch::Tensor& kept = saved[5];  // (N, V_local) shifted logits, or undefined (recompute)
+    const torch::Tensor& kept = saved[5];    // (N, V_local) shifted logits, or undefined (recompute)
     const torch::Tensor& g_logp = grads[0];  // (N) or undefined
     // Without with_entropy the entropy output is a placeholder: its gradient is dropped.
     const torch::Tensor g_entropy = mu.defined() ? grads[1] : torch::Tensor();  // (N) or undefined
@@ -139,14 +140,14 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     const int64_t rows = std::min(n, chunk);
     const auto opts = lse.options();
     torch::Tensor z_buf = kept.defined() ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
-    torch::Tensor p_buf = torch::empty({rows, vocab_local}, opts);                                      // (C, V_local)
+    torch::Tensor p_buf = torch::empty({rows, vocab_local}, opts);                                     // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk), c = e - s;
       const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       // Kept logits are consumed in place: the backward runs once.
       torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
       if (!kept.defined()) write_logits(z, h, weight);
-      torch::Tensor dz = p_buf.narrow(0, 0, c);  // (C, V_local)
+      torch::Tensor dz = p_buf.narrow(0, 0, c);                       // (C, V_local)
       torch::sub_out(dz, z, lse.slice(0, s, e).unsqueeze(1)).exp_();  // p
       if (g_entropy.defined()) {
         z.sub_(mu.slice(0, s, e).unsqueeze(1)).mul_(g_entropy.slice(0, s, e).to(dtype).unsqueeze(1));
@@ -183,12 +184,12 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
     const bool direct = weight.scalar_type() == dtype;
-    torch::Tensor logp = torch::empty({n}, opts);                                   // (N)
+    torch::Tensor logp = torch::empty({n}, opts);                                              // (N)
     torch::Tensor entropy = with_entropy ? torch::empty({n}, opts) : torch::zeros({n}, opts);  // (N)
-    torch::Tensor d_hidden = torch::empty_like(hidden);                             // (N, D)
-    torch::Tensor d_weight = torch::zeros(weight.sizes(), opts);                    // (V_local, D)
-    const torch::Tensor w = direct ? weight : weight.to(dtype);                     // (V_local, D)
-    torch::Tensor loss = torch::zeros({}, opts);                                    // ()
+    torch::Tensor d_hidden = torch::empty_like(hidden);                                        // (N, D)
+    torch::Tensor d_weight = torch::zeros(weight.sizes(), opts);                               // (V_local, D)
+    const torch::Tensor w = direct ? weight : weight.to(dtype);                                // (V_local, D)
+    torch::Tensor loss = torch::zeros({}, opts);                                               // ()
     const int64_t rows = std::min(n, chunk);
     torch::Tensor z_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
     torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
@@ -280,9 +281,9 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
                                     : torch::arange(hidden.size(0), targets.options());  // (N)
     TORCH_CHECK(index.dim() == 1 && index.size(0) == hidden.size(0), "vocab-parallel log-probs: token_index ",
                 index.sizes(), " for ", hidden.size(0), " tokens");
-    variable_list out = FusedHeadLoss::apply(h, weight, targets, index, vocab_begin, reinterpret_cast<int64_t>(tp),
-                                             chunk, options.with_entropy,
-                                             reinterpret_cast<int64_t>(&options.token_loss));
+    variable_list out =
+        FusedHeadLoss::apply(h, weight, targets, index, vocab_begin, reinterpret_cast<int64_t>(tp), chunk,
+                             options.with_entropy, reinterpret_cast<int64_t>(&options.token_loss));
     TokenLogProbs r;
     r.loss = out[0], r.logp = out[1];
     if (options.with_entropy) r.entropy = out[2];
@@ -291,8 +292,8 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
   const bool keep = options.save_logits_max_bytes > 0 &&
                     hidden.size(0) * weight.size(0) * bytes <= options.save_logits_max_bytes &&
                     torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
-  variable_list out = ChunkedVocabLogProb::apply(h, weight, targets, vocab_begin, reinterpret_cast<int64_t>(tp),
-                                                 chunk, keep, options.with_entropy);
+  variable_list out = ChunkedVocabLogProb::apply(h, weight, targets, vocab_begin, reinterpret_cast<int64_t>(tp), chunk,
+                                                 keep, options.with_entropy);
   TokenLogProbs r;
   r.logp = out[0];
   if (options.with_entropy) r.entropy = out[1];

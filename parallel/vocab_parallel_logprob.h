@@ -27,8 +27,8 @@ struct TokenLossChunk {
 };
 // index (C) int64: the chunk's rows as positions on the caller's token axis (options.token_index);
 // logp, entropy (C) detached (entropy undefined unless with_entropy).
-using TokenLossFn = std::function<TokenLossChunk(const torch::Tensor& index, const torch::Tensor& logp,
-                                                 const torch::Tensor& entropy)>;
+using TokenLossFn =
+    std::function<TokenLossChunk(const torch::Tensor& index, const torch::Tensor& logp, const torch::Tensor& entropy)>;
 
 struct TokenLogProbOptions {
   bool with_entropy = false;

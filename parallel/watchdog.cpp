@@ -27,8 +27,8 @@ class Watchdog {
     what_ = what;
     timeout_s_ = timeout_s;
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    deadline_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() +
-                   static_cast<int64_t>(timeout_s * 1e9);
+    deadline_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() + static_cast<int64_t>(timeout_s * 1e9);
   }
   void disarm() { deadline_ns_ = 0; }
 
@@ -41,9 +41,9 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       const int64_t deadline = deadline_ns_.load();
       if (deadline == 0) continue;
-      const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count();
+      const auto now =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count();
       if (now < deadline) continue;
       std::string what;
       double timeout = 0;

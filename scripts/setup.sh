@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build git
   libtorch-dev libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libcli11-dev catch2
-  nlohmann-json3-dev libstb-dev libpcre2-dev pkg-config libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-jinja2)
+  nlohmann-json3-dev libstb-dev libpcre2-dev pkg-config libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-jinja2 clang-format)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,8 +2,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);

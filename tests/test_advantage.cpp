@@ -1,7 +1,7 @@
 // GRPO advantages against the independent reference (tests/fixtures/advantage.json).
 #include <catch2/catch.hpp>
 
-#include "core/advantage.h"
+#include "core/grpo/advantage.h"
 #include "fixtures.h"
 
 using namespace tandem;

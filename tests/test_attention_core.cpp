@@ -20,12 +20,12 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   std::vector<torch::Tensor> parts;
   for (const auto& s : segments) {
     const int64_t span = s.q_offset + s.length;
-    const torch::Tensor qs = q.narrow(0, s.q_begin, s.length).transpose(0, 1);                           // (H, L, D)
+    const torch::Tensor qs = q.narrow(0, s.q_begin, s.length).transpose(0, 1);                          // (H, L, D)
     const torch::Tensor ks = k.narrow(0, s.k_begin, span).repeat_interleave(group, 1).transpose(0, 1);  // (H, S, D)
     const torch::Tensor vs = v.narrow(0, s.k_begin, span).repeat_interleave(group, 1).transpose(0, 1);  // (H, S, D)
     torch::Tensor scores = torch::matmul(qs, ks.transpose(1, 2)) / std::sqrt(static_cast<double>(q.size(2)));
     const torch::Tensor i = torch::arange(s.length).unsqueeze(1) + s.q_offset, j = torch::arange(span).unsqueeze(0);
-    scores = scores.masked_fill(j > i, -std::numeric_limits<double>::infinity());  // (H, L, S)
+    scores = scores.masked_fill(j > i, -std::numeric_limits<double>::infinity());    // (H, L, S)
     parts.push_back(torch::matmul(torch::softmax(scores, -1), vs).transpose(0, 1));  // (L, H, D)
   }
   return torch::cat(parts, 0);
@@ -108,7 +108,7 @@ TEST_CASE("packed attention: bucket count follows the span ratio; equal lengths 
   for (int64_t i = 0; i < 6; ++i) equal.push_back({i * 7, 7, i * 7, 0});
   const auto dense = plan_packed_attention(equal, 42, 42, 4, dev);
   REQUIRE(dense.buckets.size() == 1);
-  CHECK(dense.buckets[0].q_start == 0);          // q / k / v used in place
+  CHECK(dense.buckets[0].q_start == 0);  // q / k / v used in place
   CHECK_FALSE(dense.buckets[0].real_rows.defined());
   CHECK_FALSE(dense.order.defined());
 }

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "core/blas_kernel.h"
+#include "runtime/blas_kernel.h"
 
 using namespace tandem;
 
@@ -14,12 +14,12 @@ TEST_CASE("preferred OpenBLAS core: generic fallbacks upgraded to what the CPU r
   CHECK(preferred_openblas_core("Prescott", avx2) == "Haswell");
   CHECK(preferred_openblas_core("Nehalem", avx2) == "Haswell");
   CHECK(preferred_openblas_core("Sandybridge", avx2) == "Haswell");
-  CHECK(preferred_openblas_core("Prescott", sse).empty());      // nothing better to run
-  CHECK(preferred_openblas_core("Sandybridge", sse).empty());   // a real Sandy Bridge stays
-  CHECK(preferred_openblas_core("Haswell", avx512).empty());    // a detected modern core stays
+  CHECK(preferred_openblas_core("Prescott", sse).empty());     // nothing better to run
+  CHECK(preferred_openblas_core("Sandybridge", sse).empty());  // a real Sandy Bridge stays
+  CHECK(preferred_openblas_core("Haswell", avx512).empty());   // a detected modern core stays
   CHECK(preferred_openblas_core("Cooperlake", avx512).empty());
   CHECK(preferred_openblas_core("Zen", avx2).empty());
-  CHECK(preferred_openblas_core("", avx512).empty());           // not OpenBLAS
+  CHECK(preferred_openblas_core("", avx512).empty());  // not OpenBLAS
 }
 
 TEST_CASE("this process runs the kernels select_blas_kernel chose", "[blas]") {

@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "fixtures.h"
 #include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/jinja.h"
-#include "fixtures.h"
 
 using namespace tandem;
 using namespace tandem::models;
@@ -110,7 +110,8 @@ TEST_CASE("conversations a chat template rejects throw its message at its line",
           error_of([&] { t.render(messages_of(c["messages"]), c["add_generation_prompt"].get<bool>(), c["extra"]); });
       CHECK(message.find(std::string("chat template ") + name + "/tokenizer_config.json:") == 0);
       if (!c["line"].is_null())
-        CHECK(message.find("tokenizer_config.json:" + std::to_string(c["line"].get<int>()) + ": ") != std::string::npos);
+        CHECK(message.find("tokenizer_config.json:" + std::to_string(c["line"].get<int>()) + ": ") !=
+              std::string::npos);
       CHECK(message.find(c["error"].get<std::string>()) != std::string::npos);
       ++checked;
     }
@@ -126,7 +127,8 @@ TEST_CASE("Jinja constructs render as Python's jinja2 renders them", "[chat_temp
     INFO(name << ": " << c["template"].get<std::string>());
     const ordered_json& context = c.contains("context") ? c["context"] : fx["default_context"];
     std::string got;
-    const std::string error = error_of([&] { got = jinja::Template::parse(c["template"].get<std::string>(), name).render(context); });
+    const std::string error =
+        error_of([&] { got = jinja::Template::parse(c["template"].get<std::string>(), name).render(context); });
     CHECK(error == "<no error>");
     CHECK(got == c["expected"].get<std::string>());
   }
@@ -138,8 +140,8 @@ TEST_CASE("unsupported and malformed templates throw UserError naming the constr
   for (const auto& c : fx["errors"]) {
     const std::string name = c["name"].get<std::string>();
     INFO(name << ": " << c["template"].get<std::string>() << " (jinja2 " << c["python"].get<std::string>() << ")");
-    const std::string message =
-        error_of([&] { jinja::Template::parse(c["template"].get<std::string>(), "t.jinja").render(fx["default_context"]); });
+    const std::string message = error_of(
+        [&] { jinja::Template::parse(c["template"].get<std::string>(), "t.jinja").render(fx["default_context"]); });
     CHECK(message.find("t.jinja:" + std::to_string(c["line"].get<int>()) + ": ") == 0);
     CHECK(message.find(c["error"].get<std::string>()) != std::string::npos);
   }
@@ -148,7 +150,8 @@ TEST_CASE("unsupported and malformed templates throw UserError naming the constr
 TEST_CASE("ChatTemplate reads tokenizer_config.json as transformers does", "[chat_template]") {
   test::TempDir dir("chat_template");
   const std::string path = dir.file("tokenizer_config.json");
-  const std::string tpl = "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{{ eos_token }}{% endfor %}";
+  const std::string tpl =
+      "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{{ eos_token }}{% endfor %}";
 
   SECTION("a string template and string tokens") {
     write_file(path, json{{"chat_template", tpl}, {"bos_token", "<s>"}, {"eos_token", "</s>"}}.dump());
@@ -160,7 +163,7 @@ TEST_CASE("ChatTemplate reads tokenizer_config.json as transformers does", "[cha
   }
   SECTION("AddedToken objects, null tokens and a named template list") {
     write_file(path, json{{"chat_template", json::array({{{"name", "tool_use"}, {"template", "tools"}},
-                                                           {{"name", "default"}, {"template", tpl}}})},
+                                                         {{"name", "default"}, {"template", tpl}}})},
                           {"bos_token", {{"content", "<|bos|>"}, {"lstrip", false}}},
                           {"eos_token", nullptr}}
                          .dump());
@@ -170,13 +173,14 @@ TEST_CASE("ChatTemplate reads tokenizer_config.json as transformers does", "[cha
     CHECK(t.render({{"user", "hi"}}, true) == "<|bos|>user:hi");
   }
   SECTION("an absent token is undefined in the template, not an empty string") {
-    const ChatTemplate t = ChatTemplate::from_source("{{ bos_token is defined }}{{ eos_token is defined }}", "x", "", "e");
+    const ChatTemplate t =
+        ChatTemplate::from_source("{{ bos_token is defined }}{{ eos_token is defined }}", "x", "", "e");
     CHECK(t.render({}, false) == "FalseTrue");
   }
   SECTION("the render context: tools and documents are None, extra keys override") {
     const ChatTemplate t = ChatTemplate::from_source(
-        "{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}{{ enable_thinking }}{{ messages[0] }}", "x",
-        "", "");
+        "{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}{{ enable_thinking }}{{ messages[0] }}",
+        "x", "", "");
     CHECK(t.render({{"user", "q"}}, true, json{{"enable_thinking", false}}) ==
           "TrueTrueTrueFalse{'role': 'user', 'content': 'q'}");
   }
@@ -233,14 +237,16 @@ TEST_CASE("one ChatTemplate renders from several threads at once", "[chat_templa
   std::vector<std::thread> threads;
   for (int w = 0; w < 4; ++w)
     threads.emplace_back([&, w] {
-      for (int i = 0; i < 200; ++i) ok[w] += t.render(messages, c["add_generation_prompt"].get<bool>(), c["extra"]) == expected;
+      for (int i = 0; i < 200; ++i)
+        ok[w] += t.render(messages, c["add_generation_prompt"].get<bool>(), c["extra"]) == expected;
     });
   for (auto& th : threads) th.join();
   CHECK(ok == std::vector<int>(4, 200));
 }
 
 TEST_CASE("strftime_now formats the local time", "[chat_template]") {
-  const jinja::Template t = jinja::Template::parse("{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('%d %b %Y') }}", "t");
+  const jinja::Template t =
+      jinja::Template::parse("{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('%d %b %Y') }}", "t");
   auto today = [] {
     const std::time_t now = std::time(nullptr);
     std::tm local{};
@@ -268,7 +274,8 @@ TEST_CASE("no template text crashes or hangs the interpreter", "[chat_template]"
   context["add_generation_prompt"] = true;
   std::vector<std::string> sources;
   for (const char* name : kModels)
-    sources.push_back(test::load_fixture(std::string("chat_templates/") + name + ".json")["template"].get<std::string>());
+    sources.push_back(
+        test::load_fixture(std::string("chat_templates/") + name + ".json")["template"].get<std::string>());
   for (const auto& c : constructs()["cases"]) sources.push_back(c["template"].get<std::string>());
   for (const auto& c : constructs()["errors"]) sources.push_back(c["template"].get<std::string>());
 
@@ -285,9 +292,14 @@ TEST_CASE("no template text crashes or hangs the interpreter", "[chat_template]"
     for (int e = 0; e < edits && !s.empty(); ++e) {
       const size_t at = rng() % s.size();
       switch (rng() % 3) {
-        case 0: s[at] = alphabet[rng() % alphabet.size()]; break;
-        case 1: s.erase(at, 1 + rng() % 8); break;
-        default: s.insert(at, 1, alphabet[rng() % alphabet.size()]);
+        case 0:
+          s[at] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          s.erase(at, 1 + rng() % 8);
+          break;
+        default:
+          s.insert(at, 1, alphabet[rng() % alphabet.size()]);
       }
     }
     must_not_crash(s, context);

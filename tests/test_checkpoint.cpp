@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "core/checkpoint.h"
+#include "core/run/checkpoint.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
@@ -82,8 +82,8 @@ TEST_CASE("resume resolution", "[checkpoint]") {
 
 namespace {
 void damage(const std::string& run, int64_t step) {  // same size, other bytes
-  std::ofstream(run + "/checkpoints/" + CheckpointDir::step_name(step) + "/state.json") << "{\"step\": " << step + 1
-                                                                                        << "}\n";
+  std::ofstream(run + "/checkpoints/" + CheckpointDir::step_name(step) + "/state.json")
+      << "{\"step\": " << step + 1 << "}\n";
 }
 }  // namespace
 

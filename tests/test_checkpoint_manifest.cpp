@@ -7,8 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
-#include "core/checkpoint_manifest.h"
+#include "core/run/checkpoint.h"
+#include "core/run/checkpoint_manifest.h"
 #include "fixtures.h"
 #include "models/safetensors.h"
 
@@ -64,10 +64,10 @@ TEST_CASE("xxh64 equals libxxhash on every length class", "[checkpoint]") {
   CHECK(xxh64("a", 1) == 0xd24ec4f1a98c6e5bULL);
   CHECK(xxh64("abc", 3) == 0x44bc2cf5ad770999ULL);
   const std::vector<std::pair<size_t, uint64_t>> vectors{
-      {0, 0xef46db3751d8e999ULL},   {1, 0xa96c7f0ce858bbb7ULL},    {3, 0xbed43740ee6332bbULL},
-      {4, 0xfa212ae44b3bb23dULL},   {7, 0x2744460dd675d2c0ULL},    {8, 0x994b676b71ce94ddULL},
-      {31, 0x6711d55e306b5d8fULL},  {32, 0x07f7b8e3bc5d6e25ULL},   {33, 0x09f85eeb4e1cbe9fULL},
-      {63, 0xb7c9968c066cb6a5ULL},  {64, 0x50d4159a0411632eULL},   {100, 0x9ddada11d3dc2d8fULL},
+      {0, 0xef46db3751d8e999ULL},    {1, 0xa96c7f0ce858bbb7ULL},      {3, 0xbed43740ee6332bbULL},
+      {4, 0xfa212ae44b3bb23dULL},    {7, 0x2744460dd675d2c0ULL},      {8, 0x994b676b71ce94ddULL},
+      {31, 0x6711d55e306b5d8fULL},   {32, 0x07f7b8e3bc5d6e25ULL},     {33, 0x09f85eeb4e1cbe9fULL},
+      {63, 0xb7c9968c066cb6a5ULL},   {64, 0x50d4159a0411632eULL},     {100, 0x9ddada11d3dc2d8fULL},
       {1000, 0x0bf0bdbcc82eb373ULL}, {1048621, 0xcbd7e8ac09168409ULL}};
   for (const auto& [n, want] : vectors) {
     INFO("length " << n);

@@ -2,7 +2,7 @@
 // restarting, and a control showing the parity check catches broken position ids.
 #include <catch2/catch.hpp>
 
-#include "core/collate.h"
+#include "core/batch/collate.h"
 
 using namespace tandem;
 

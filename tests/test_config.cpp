@@ -3,7 +3,10 @@
 
 #include <fstream>
 
-#include "core/config.h"
+#include "core/config/config.h"
+#include "core/rewards/image_rewards.h"
+#include "core/rewards/reward_factory.h"
+#include "core/tasks/task_factory.h"
 #include "fixtures.h"
 
 using namespace tandem;
@@ -39,9 +42,9 @@ TEST_CASE("the embedded quickstart and shipped recipes load", "[config]") {
   // The real-model recipe names a model directory on the user's machine: pointed at a fixture of
   // the same family it loads, and config.json's architecture replaces the placeholders' absence.
   const std::string qwen = std::string(TANDEM_CONFIGS_DIR) + "/qwen2_0p5b.yaml";
-  const Config c = load_config(qwen, {"tracks.ar.model.hf_dir=" + std::string(TANDEM_FIXTURES_DIR) + "/llama/tiny_qwen2",
-                                      "tracks.ar.model.max_seq_len=64", "tracks.ar.rollout.max_new_tokens=16",
-                                      "train.max_tokens_per_micro=64"});
+  const Config c = load_config(
+      qwen, {"tracks.ar.model.hf_dir=" + std::string(TANDEM_FIXTURES_DIR) + "/llama/tiny_qwen2",
+             "tracks.ar.model.max_seq_len=64", "tracks.ar.rollout.max_new_tokens=16", "train.max_tokens_per_micro=64"});
   CHECK(c.tracks.ar.model.hidden_size == 48);
   CHECK_THROWS_WITH(load_config(qwen, {}), Catch::Contains("/models/Qwen2-0.5B-Instruct: no such directory"));
 }
@@ -62,7 +65,8 @@ TEST_CASE("wrong types and ranges name the path, value and allowed range", "[con
   CHECK_THAT(error_of("optim: {lr: .nan}"), Catch::Contains("optim.lr: must be a finite number"));
   CHECK_THAT(error_of("run: {steps: ten}"), Catch::Contains("run.steps: expected an integer, got 'ten'"));
   CHECK_THAT(error_of("run: {steps: 1.5}"), Catch::Contains("run.steps: expected an integer"));
-  CHECK_THAT(error_of("run: {dtype: float16}"), Catch::Contains("'float16' is not one of float32|bfloat16|float64|bfloat16-pure"));
+  CHECK_THAT(error_of("run: {dtype: float16}"),
+             Catch::Contains("'float16' is not one of float32|bfloat16|float64|bfloat16-pure"));
   CHECK_THAT(error_of("optim: {betas: [0.9]}"), Catch::Contains("optim.betas: expected exactly 2 numbers"));
   CHECK_THAT(error_of("run: 5"), Catch::Contains("run: expected a mapping"));
   CHECK_THAT(error_of("tracks: {ar: {rollout: {stop: 5}}}"), Catch::Contains("expected a list of strings"));
@@ -115,12 +119,14 @@ TEST_CASE("set overrides parse by the key's type and are validated", "[config]")
 }
 
 TEST_CASE("malformed YAML reports line and column", "[config]") {
-  CHECK_THAT(error_of("run:\n  name: [unclosed\n"), Catch::StartsWith("test.yaml:") && Catch::Contains("YAML parse error"));
+  CHECK_THAT(error_of("run:\n  name: [unclosed\n"),
+             Catch::StartsWith("test.yaml:") && Catch::Contains("YAML parse error"));
   CHECK_THAT(error_of("run:\n  name: a\n   bad: b\n"), Catch::Matches("test\\.yaml:[0-9]+:[0-9]+: YAML parse error.*"));
 }
 
 TEST_CASE("the resolved recipe round-trips exactly", "[config]") {
-  const Config c = load("", {"optim.lr=3.3e-5", "tracks.image.enabled=true", "run.name=007", "tracks.ar.algo.clip_c=null"});
+  const Config c =
+      load("", {"optim.lr=3.3e-5", "tracks.image.enabled=true", "run.name=007", "tracks.ar.algo.clip_c=null"});
   CHECK(c.run.name == "007");  // a string key takes the text as typed
   CHECK(error_of("", {"run.name=null"}) == "run.name: expected a string, got null");
   const std::string yaml = to_yaml(c);
@@ -185,7 +191,8 @@ TEST_CASE("hybrid-async keys: defaults off; refusals name both keys", "[config]"
   CHECK_FALSE(d.tracks.ar.algo.tis_cap);
   CHECK_THAT(error_of("train: {overlap: true}\ntracks: {ar: {algo: {old_logp: reuse}}}"),
              Catch::Contains("train.overlap") && Catch::Contains("tracks.ar.algo.old_logp: reuse"));
-  CHECK_THAT(error_of("train: {overlap: true, num_mini_batches: 3}"), Catch::Contains("divisible by train.num_mini_batches"));
+  CHECK_THAT(error_of("train: {overlap: true, num_mini_batches: 3}"),
+             Catch::Contains("divisible by train.num_mini_batches"));
   CHECK_THAT(error_of("train: {overlap: true}\ntracks: {ar: {algo: {filter_zero_variance_groups: true}}}"),
              Catch::Contains("filter_zero_variance_groups"));
   CHECK_THAT(error_of("train: {overlap: true}\nparallel: {tp: 2}"), Catch::Contains("parallel.tp: 1"));
@@ -196,7 +203,8 @@ TEST_CASE("hybrid-async keys: defaults off; refusals name both keys", "[config]"
   CHECK_THAT(error_of("parallel: {rollout_ranks: 1}\ntracks: {image: {enabled: true}}"),
              Catch::Contains("parallel.rollout_ranks") && Catch::Contains("tracks.image"));
   CHECK_THAT(error_of("tracks: {ar: {algo: {tis_cap: 0}}}"), Catch::Contains("tracks.ar.algo.tis_cap"));
-  const Config ok = load("parallel: {rollout_ranks: 1}\ntracks: {ar: {rollout: {max_staleness: 2}, algo: {tis_cap: 2.0}}}");
+  const Config ok =
+      load("parallel: {rollout_ranks: 1}\ntracks: {ar: {rollout: {max_staleness: 2}, algo: {tis_cap: 2.0}}}");
   CHECK_THROWS_WITH(validate(ok, 1), Catch::Contains("leaves no train rank"));
   CHECK_NOTHROW(validate(ok, 3));
   CHECK(ok.tracks.ar.algo.tis_cap == 2.0);
@@ -273,4 +281,25 @@ TEST_CASE("a saved recipe loads without its model directory; the resolved one ro
   std::ofstream(dir.file("moved.yaml")) << yaml;
   CHECK(load_saved_config(dir.file("moved.yaml")).tracks.ar.model.hidden_size == 48);
   CHECK_THROWS_WITH(load_config(dir.file("moved.yaml"), {}), Catch::Contains("/nonexistent/moved"));
+}
+
+TEST_CASE("the recipe accepts exactly the names the task and reward tables register", "[config][registry]") {
+  // Each table owns its names (tasks/task_factory, rewards/reward_factory, rewards/image_rewards);
+  // the factories build every one of them (test_rewards, test_jsonl_dataset, test_image_rewards),
+  // and here the recipe takes every one and refuses a name outside them.
+  for (const std::string& kind : rewards::ar_reward_names())
+    CHECK_NOTHROW(load_config_from_string("tracks: {ar: {reward: {kind: " + kind + ", command: cat}}}", "r", {}));
+  CHECK_THAT(error_of("tracks: {ar: {reward: {kind: exact_mach}}}"), Catch::Contains("did you mean exact_match?"));
+  for (const std::string& kind : rewards::image_reward_names())
+    CHECK_NOTHROW(load_config_from_string(
+        "tracks: {ar: {enabled: false}, image: {enabled: true, reward: {kind: " + kind + ", command: cat}}}", "r", {}));
+  CHECK_THAT(error_of("tracks: {ar: {enabled: false}, image: {enabled: true, reward: {kind: sharpness}}}"),
+             Catch::Contains("unknown image reward 'sharpness'"));
+  for (const std::string& task : tasks::ar_task_names())
+    CHECK_NOTHROW(load_config_from_string("tracks: {ar: {data: {task: " + task + ", path: d.jsonl}}}", "r", {}));
+  CHECK_THAT(error_of("tracks: {ar: {data: {task: gsm8k}}}"),
+             Catch::Contains("tracks.ar.data.task: 'gsm8k' is not one of"));
+  for (const std::string& task : tasks::image_task_names())
+    CHECK_NOTHROW(load_config_from_string(
+        "tracks: {ar: {enabled: false}, image: {enabled: true, data: {task: " + task + "}}}", "r", {}));
 }

@@ -25,8 +25,8 @@ TEST_CASE("Dit: output has the input's shape and the model's dtype", "[dit]") {
 }
 
 TEST_CASE("Dit: patch sizes, channels and a batch of one", "[dit]") {
-  for (const auto& [size, channels, patch] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {16, 3, 4}, {16, 1, 2}, {12, 3, 3}, {8, 3, 8}}) {
+  for (const auto& [size, channels, patch] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{16, 3, 4}, {16, 1, 2}, {12, 3, 3}, {8, 3, 8}}) {
     DitConfig c = tiny_dit_config();
     c.image_size = size;
     c.channels = channels;
@@ -41,7 +41,8 @@ TEST_CASE("Dit: patch sizes, channels and a batch of one", "[dit]") {
 
 TEST_CASE("Dit: adaLN-Zero start predicts v = 0 exactly", "[dit]") {
   Dit model(tiny_dit_config());
-  const torch::Tensor v = model->forward(torch::randn({4, 3, 8, 8}), torch::rand({4}), torch::zeros({4}, torch::kInt64));
+  const torch::Tensor v =
+      model->forward(torch::randn({4, 3, 8, 8}), torch::rand({4}), torch::zeros({4}, torch::kInt64));
   CHECK(v.abs().max().item<double>() == 0.0);
 }
 

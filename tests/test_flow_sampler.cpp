@@ -114,9 +114,9 @@ TEST_CASE("transition_log_prob recomputes the rollout's log-probs bitwise (ratio
       const double sigma_max = r.sigmas[1].item<double>();
       for (int64_t j = 0; j < o.steps; ++j) {
         for (const bool uncond_grad : {true, false}) {
-          const SdeStepResult st = transition_log_prob(
-              *model, r.latents.select(1, j), r.latents.select(1, j + 1), r.sigmas[j].expand({b}),
-              r.sigmas[j + 1].expand({b}), labels_for(s), o.noise_level, sigma_max, cfg, uncond_grad);
+          const SdeStepResult st = transition_log_prob(*model, r.latents.select(1, j), r.latents.select(1, j + 1),
+                                                       r.sigmas[j].expand({b}), r.sigmas[j + 1].expand({b}),
+                                                       labels_for(s), o.noise_level, sigma_max, cfg, uncond_grad);
           CHECK(st.log_prob.requires_grad());
           // Bitwise by construction: the recompute feeds the same (B) rows through the same
           // guided_velocity (one 2B-row forward under cfg) and the same sde_step as the sampler.
@@ -141,9 +141,9 @@ TEST_CASE("transition_log_prob: per-sample timesteps and gradients into the mode
     x_next.push_back(r.latents[static_cast<int64_t>(i)][steps[i] + 1]);
   }
   const torch::Tensor idx = torch::tensor(steps, torch::kInt64);
-  const SdeStepResult st = transition_log_prob(*model, torch::stack(x), torch::stack(x_next), r.sigmas.index({idx}),
-                                               r.sigmas.index({idx + 1}), labels_for(s), o.noise_level,
-                                               r.sigmas[1].item<double>(), 1.0);
+  const SdeStepResult st =
+      transition_log_prob(*model, torch::stack(x), torch::stack(x_next), r.sigmas.index({idx}),
+                          r.sigmas.index({idx + 1}), labels_for(s), o.noise_level, r.sigmas[1].item<double>(), 1.0);
   for (size_t i = 0; i < s.size(); ++i)
     CHECK(st.log_prob[static_cast<int64_t>(i)].item<double>() ==
           Approx(r.log_probs[static_cast<int64_t>(i)][steps[i]].item<double>()).epsilon(1e-12));

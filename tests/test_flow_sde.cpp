@@ -72,13 +72,12 @@ TEST_CASE("sde_step matches the reference in float64 (1e-12 relative, floor 1)",
       CHECK(test::max_rel_error(flat(st.prev), expected(c, "prev"), 1.0) < 1e-12);
       CHECK(test::max_rel_error(st.log_prob, expected(c, "log_prob"), 1.0) < 1e-12);
       // Evaluating a given x_next (what training recomputes): same mean, its own log-prob.
-      const SdeStepResult ev = sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, k.given,
-                                        SdeGiven::kPrev);
+      const SdeStepResult ev =
+          sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, k.given, SdeGiven::kPrev);
       CHECK(torch::equal(ev.prev, k.given));
       CHECK(torch::equal(ev.mean, st.mean));
       CHECK(test::max_rel_error(ev.log_prob, expected(c, "log_prob_given"), 1.0) < 1e-12);
-      CHECK(test::max_rel_error(flat(euler_step(k.x, k.v, k.sigma, k.sigma_next)), expected(c, "euler"), 1.0) <
-            1e-12);
+      CHECK(test::max_rel_error(flat(euler_step(k.x, k.v, k.sigma, k.sigma_next)), expected(c, "euler"), 1.0) < 1e-12);
     }
   }
 }
@@ -93,8 +92,8 @@ TEST_CASE("sde_step matches the reference in float32 (1e-5 relative, floor 1)", 
       CHECK(test::max_rel_error(st.std_dev_t, expected(c, "std_dev_t"), 1.0) < 1e-5);
       CHECK(test::max_rel_error(flat(st.prev), expected(c, "prev"), 1.0) < 1e-5);
       CHECK(test::max_rel_error(st.log_prob, expected(c, "log_prob"), 1.0) < 1e-5);
-      const SdeStepResult ev = sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, k.given,
-                                        SdeGiven::kPrev);
+      const SdeStepResult ev =
+          sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, k.given, SdeGiven::kPrev);
       CHECK(test::max_rel_error(ev.log_prob, expected(c, "log_prob_given"), 1.0) < 1e-5);
     }
   }
@@ -130,8 +129,8 @@ TEST_CASE("the log-prob of a sampled x_next evaluated again is bitwise the same"
     for (const torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {
       const Case k = case_of(c, dtype);
       const SdeStepResult st = sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, k.eps);
-      const SdeStepResult ev = sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, st.prev,
-                                        SdeGiven::kPrev);
+      const SdeStepResult ev =
+          sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, st.prev, SdeGiven::kPrev);
       CHECK(torch::equal(ev.log_prob, st.log_prob));  // the same elementwise ops on the same tensors
     }
   }
@@ -166,8 +165,8 @@ TEST_CASE("with the exact velocity of Gaussian data the SDE ends at the data dis
   for (int64_t i = 0; i < steps; ++i) {
     const double s = sig[i].item<double>(), s_next = sig[i + 1].item<double>();
     const torch::Tensor eps = torch::randn({n, 1}, gen, torch::kFloat64);
-    x = sde_step(x, v_exact(x, s), torch::full({n}, s, torch::kFloat64), torch::full({n}, s_next, torch::kFloat64),
-                 0.7, sig[1].item<double>(), eps)
+    x = sde_step(x, v_exact(x, s), torch::full({n}, s, torch::kFloat64), torch::full({n}, s_next, torch::kFloat64), 0.7,
+                 sig[1].item<double>(), eps)
             .prev;
   }
   CHECK(x.mean().item<double>() == Approx(mu).margin(0.01));

@@ -12,7 +12,7 @@
 #include <malloc.h>
 #endif
 
-#include "core/host_memory.h"
+#include "runtime/host_memory.h"
 
 using namespace tandem;
 

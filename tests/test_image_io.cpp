@@ -1,11 +1,11 @@
 // 8-bit conversion, JPEG bytes and PNG grids, decoded back with stb_image.
-#include <catch2/catch.hpp>
 #include <stb_image.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 
-#include "core/image_io.h"
+#include "core/run/image_io.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
@@ -15,8 +15,8 @@ TEST_CASE("to_pixels maps [-1, 1] to [0, 255], channel-interleaved", "[image_rew
   img[0][0][0] = -1.0;
   img[1][0][0] = 1.0;
   img[2][0][0] = std::nan("");
-  img[0][0][1] = 5.0;    // clamped
-  img[1][0][1] = -0.5;   // 63.75 -> 64
+  img[0][0][1] = 5.0;   // clamped
+  img[1][0][1] = -0.5;  // 63.75 -> 64
   const std::vector<uint8_t> px = to_pixels(img);
   CHECK(px == std::vector<uint8_t>{0, 255, 128, 255, 64, 128});
   CHECK_THROWS(to_pixels(torch::zeros({2, 4, 4})));
@@ -50,11 +50,11 @@ TEST_CASE("write_png_grid writes a PNG that decodes to the grid", "[image_reward
   CHECK(c == 3);
   const std::vector<uint8_t> first = to_pixels(images[0]), fifth = to_pixels(images[4]);
   auto at = [&](int y, int x, int ch) { return data[(y * w + x) * c + ch]; };
-  CHECK(at(2, 2, 0) == first[0]);                                   // image 0, pixel (0, 0)
-  CHECK(at(2 + 7, 2 + 7, 2) == first[(7 * 8 + 7) * 3 + 2]);         // image 0, pixel (7, 7)
-  CHECK(at(12 + 3, 12 + 5, 1) == fifth[(3 * 8 + 5) * 3 + 1]);       // image 4: row 1, column 1
-  CHECK(at(0, 0, 0) == 255);                                        // padding is white
-  CHECK(at(15, 25, 1) == 255);                                      // the empty sixth cell
+  CHECK(at(2, 2, 0) == first[0]);                              // image 0, pixel (0, 0)
+  CHECK(at(2 + 7, 2 + 7, 2) == first[(7 * 8 + 7) * 3 + 2]);    // image 0, pixel (7, 7)
+  CHECK(at(12 + 3, 12 + 5, 1) == fifth[(3 * 8 + 5) * 3 + 1]);  // image 4: row 1, column 1
+  CHECK(at(0, 0, 0) == 255);                                   // padding is white
+  CHECK(at(15, 25, 1) == 255);                                 // the empty sixth cell
   stbi_image_free(data);
   fs::remove(path);
   CHECK_THROWS_AS(write_png_grid("/nonexistent-dir/x.png", images, 3), std::runtime_error);

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/tasks/jsonl_dataset.h"
 #include "core/tasks/task_factory.h"
 
@@ -93,7 +93,8 @@ TEST_CASE("an empty, missing or directory dataset is an error", "[tasks]") {
   TempDir dir;
   CHECK_THAT(load_error(dir.write("empty.jsonl", "")), Catch::Contains("empty.jsonl: the prompt dataset is empty"));
   CHECK_THAT(load_error(dir.write("blank.jsonl", "\n  \n\n")), Catch::Contains("is empty"));
-  CHECK_THAT(load_error((dir.path / "missing.jsonl").string()), Catch::Contains("missing.jsonl: the prompt dataset does not exist"));
+  CHECK_THAT(load_error((dir.path / "missing.jsonl").string()),
+             Catch::Contains("missing.jsonl: the prompt dataset does not exist"));
   CHECK_THAT(load_error(dir.path.string()), Catch::Contains("is a directory"));
 }
 
@@ -112,15 +113,15 @@ TEST_CASE("make_prompt_source builds every built-in task name", "[tasks]") {
   CHECK(jsonl->next().text == "p0");
   CHECK(jsonl->describe() == "jsonl " + path);
   CHECK_FALSE(make_prompt_source("add", std::nullopt, "prompt", "answer", true, 1)->size());
-  const auto hard = make_prompt_source("reverse_digits", std::nullopt, "prompt", "answer", true, 1,
-                                       SyntheticOptions{7, 7});
+  const auto hard =
+      make_prompt_source("reverse_digits", std::nullopt, "prompt", "answer", true, 1, SyntheticOptions{7, 7});
   CHECK(hard->next().answer.size() == 7);
 }
 
 TEST_CASE("make_prompt_source names what is wrong", "[tasks]") {
-  CHECK_THROWS_WITH(make_prompt_source("revrse_digits", std::nullopt, "prompt", "answer", true, 1),
-                    Catch::Contains("unknown AR task 'revrse_digits'") &&
-                        Catch::Contains("did you mean reverse_digits?"));
+  CHECK_THROWS_WITH(
+      make_prompt_source("revrse_digits", std::nullopt, "prompt", "answer", true, 1),
+      Catch::Contains("unknown AR task 'revrse_digits'") && Catch::Contains("did you mean reverse_digits?"));
   CHECK_THROWS_WITH(make_prompt_source("gsm8k", std::nullopt, "prompt", "answer", true, 1),
                     Catch::Contains("reverse_digits|sort_digits|add|shape_corners|jsonl"));
   CHECK_THROWS_WITH(make_prompt_source("jsonl", std::nullopt, "prompt", "answer", true, 1),

@@ -11,7 +11,7 @@
 #include "llama_test_util.h"
 #include "models/llama/model.h"
 #include "models/llama/weights.h"
-#include "core/peak_memory.h"
+#include "runtime/peak_memory.h"
 
 using namespace tandem;
 using models::LlamaForCausalLM;
@@ -258,9 +258,10 @@ TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits
   const double full = peak_mib({true, false});
   const double chunked = peak_mib({true, true, 256});
   const double chunked_auto = peak_mib({true, true, 0});
-  std::printf("[memory] log-prob + entropy forward+backward, 2048 tokens x vocab 16384 (float32): peak tensor memory "
-              "unchunked %.1f MiB, chunked (256 tokens) %.1f MiB, chunked (auto, %lld tokens) %.1f MiB\n",
-              full, chunked, static_cast<long long>(parallel::logits_chunk_tokens({}, c.vocab_size, 4)), chunked_auto);
+  std::printf(
+      "[memory] log-prob + entropy forward+backward, 2048 tokens x vocab 16384 (float32): peak tensor memory "
+      "unchunked %.1f MiB, chunked (256 tokens) %.1f MiB, chunked (auto, %lld tokens) %.1f MiB\n",
+      full, chunked, static_cast<long long>(parallel::logits_chunk_tokens({}, c.vocab_size, 4)), chunked_auto);
   CHECK(full > 128.0 * 2);  // at least the logits and their log-softmax
   CHECK(chunked < full / 4);
   CHECK(chunked_auto < full / 2);

@@ -2,8 +2,8 @@
 // interface, and the packed and padded layouts give the same loss and gradients.
 #include <catch2/catch.hpp>
 
-#include "core/llama_policy.h"
-#include "core/schedule.h"
+#include "core/batch/schedule.h"
+#include "core/policies/llama_policy.h"
 #include "llama_test_util.h"
 #include "models/llama/weights.h"
 
@@ -78,9 +78,9 @@ TEST_CASE("the recipe's model block maps to LlamaConfig", "[llama][policy]") {
 TEST_CASE("layout auto: per-micro packed / padded gives the loss and gradients of both fixed layouts (float64)",
           "[llama][policy][layout]") {
   // Sorted longest first in pairs: (9, 9) and (4, 4) need no padding, (6, 5) does.
-  const std::vector<std::vector<int64_t>> tokens{{1, 5, 9, 12, 40, 3, 7, 7, 7}, {8, 8, 2, 7, 7, 9},
-                                                 {4, 3, 2, 1, 9, 9, 9, 9, 9},  {11, 12, 13, 14, 15},
-                                                 {60, 61, 62, 1},              {5, 6, 7, 2}};
+  const std::vector<std::vector<int64_t>> tokens{
+      {1, 5, 9, 12, 40, 3, 7, 7, 7}, {8, 8, 2, 7, 7, 9}, {4, 3, 2, 1, 9, 9, 9, 9, 9},
+      {11, 12, 13, 14, 15},          {60, 61, 62, 1},    {5, 6, 7, 2}};
   std::vector<ArSample> samples;
   for (size_t i = 0; i < tokens.size(); ++i)
     samples.push_back(sample(tokens[i], 2, i % 2 ? -0.8 : 1.1, static_cast<int64_t>(i)));
@@ -118,7 +118,8 @@ TEST_CASE("layout auto: per-micro packed / padded gives the loss and gradients o
   for (double other : {packed_loss, padded_loss}) CHECK(std::abs(auto_loss - other) <= 1e-12 * std::abs(other));
   double worst = 0;
   for (size_t i = 0; i < auto_grads.size(); ++i)
-    worst = std::max({worst, test::rel_to_max(auto_grads[i], packed_grads[i]), test::rel_to_max(auto_grads[i], padded_grads[i])});
+    worst = std::max(
+        {worst, test::rel_to_max(auto_grads[i], packed_grads[i]), test::rel_to_max(auto_grads[i], padded_grads[i])});
   CHECK(worst < 1e-12);
 }
 
@@ -170,9 +171,10 @@ TEST_CASE("tis_cap: each token's policy loss times min(exp(old - rollout), cap),
   CHECK(std::abs(plain.loss - got.loss) > 1e-6);
 }
 
-TEST_CASE("the loss fused into the lm head: train_micro's loss, stats and gradients equal the recomputing head "
-          "(float64 1e-12)",
-          "[llama][policy][fused]") {
+TEST_CASE(
+    "the loss fused into the lm head: train_micro's loss, stats and gradients equal the recomputing head "
+    "(float64 1e-12)",
+    "[llama][policy][fused]") {
   std::vector<ArSample> samples{sample({1, 5, 9, 12, 40, 3, 7}, 2, 0.7, 0), sample({8, 8, 2, 4}, 1, -1.2, 1),
                                 sample({60, 61, 62, 63, 64, 65, 66, 67, 1}, 4, 0.3, 2)};
   samples[2].response_mask[1] = 0;
@@ -190,8 +192,8 @@ TEST_CASE("the loss fused into the lm head: train_micro's loss, stats and gradie
     o.dtype = torch::kFloat64;
     o.fuse_head = fuse;
     // Per-token old and reference log-probs on the batch's axis, off the sampler's by a ramp.
-    const torch::Tensor rollout = o.packed ? collate_packed(ptrs, den, o.dtype).rollout_logp
-                                           : collate_padded(ptrs, den, o.dtype).rollout_logp;
+    const torch::Tensor rollout =
+        o.packed ? collate_packed(ptrs, den, o.dtype).rollout_logp : collate_padded(ptrs, den, o.dtype).rollout_logp;
     const torch::Tensor ramp = torch::linspace(-0.6, 0.6, rollout.numel(), torch::kFloat64).view(rollout.sizes());
     Run r;
     r.out = train_micro(policy, ptrs, den, o, rollout + ramp, rollout - 0.5 * ramp);
@@ -204,9 +206,12 @@ TEST_CASE("the loss fused into the lm head: train_micro's loss, stats and gradie
     return w;
   };
   std::vector<UpdateOptions> cases(4);
-  cases[0].kl_coef = 0.05, cases[0].kl_estimator = KlEstimator::kK3, cases[0].entropy_coef = 0.01, cases[0].tis_cap = 1.3;
-  cases[1].loss_agg_mode = LossAggMode::kSeqMeanTokenMean, cases[1].reuse_old_logp = true, cases[1].report_entropy = true;
-  cases[2].loss_agg_mode = LossAggMode::kSeqMeanTokenSumNorm, cases[2].policy.clip_c.reset(), cases[2].loss_weight = 0.4;
+  cases[0].kl_coef = 0.05, cases[0].kl_estimator = KlEstimator::kK3, cases[0].entropy_coef = 0.01,
+  cases[0].tis_cap = 1.3;
+  cases[1].loss_agg_mode = LossAggMode::kSeqMeanTokenMean, cases[1].reuse_old_logp = true,
+  cases[1].report_entropy = true;
+  cases[2].loss_agg_mode = LossAggMode::kSeqMeanTokenSumNorm, cases[2].policy.clip_c.reset(),
+  cases[2].loss_weight = 0.4;
   cases[2].kl_coef = 0.1, cases[2].kl_estimator = KlEstimator::kK2;
   cases[3].policy.ratio = RatioKind::kSequence;  // GSPO: not token-separable, so never fused
   for (size_t c = 0; c < cases.size(); ++c)

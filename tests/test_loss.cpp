@@ -2,7 +2,7 @@
 // (tests/fixtures/{policy_loss,kl,entropy}.json), plus the micro-split invariance.
 #include <catch2/catch.hpp>
 
-#include "core/loss.h"
+#include "core/grpo/loss.h"
 #include "fixtures.h"
 
 using namespace tandem;
@@ -113,8 +113,10 @@ TEST_CASE("aggregated loss and its gradient match the reference for every mode",
         // moves the exact answer further: the 20-clamp case (ratios ~5e8) and the GSPO case whose
         // 3e-4 clip band makes the loss a near-cancelling sum of ratios ~1 (both 1e-5).
         const Inputs in32 = inputs_of(c, torch::kFloat32);
-        const PolicyLoss pl32 = policy_loss(in32.logp, in32.old_logp, in32.adv, in32.mask, in32.seq_index, options_of(c));
-        const double l32 = aggregate_loss(pl32.loss, in32.mask, in32.seq_index, mode, denominators_of(c)).loss.item<double>();
+        const PolicyLoss pl32 =
+            policy_loss(in32.logp, in32.old_logp, in32.adv, in32.mask, in32.seq_index, options_of(c));
+        const double l32 =
+            aggregate_loss(pl32.loss, in32.mask, in32.seq_index, mode, denominators_of(c)).loss.item<double>();
         const std::string name = c["name"].get<std::string>();
         const bool loose = name.find("huge") != std::string::npos || name.find("gspo") != std::string::npos;
         const double tol32 = loose ? 1e-5 : 1e-6;
@@ -129,13 +131,14 @@ TEST_CASE("kl estimators match the reference (float64 1e-12 relative, float32 2e
     SECTION(c["name"].get<std::string>()) {
       const KlEstimator est = *parse_enum<KlEstimator>(c["estimator"].get<std::string>());
       const torch::Tensor expected = test::to_tensor(c["expected"], torch::kFloat64);
-      const torch::Tensor k64 = kl_penalty(test::to_tensor(c["logp"], torch::kFloat64),
-                                           test::to_tensor(c["ref"], torch::kFloat64), est);
+      const torch::Tensor k64 =
+          kl_penalty(test::to_tensor(c["logp"], torch::kFloat64), test::to_tensor(c["ref"], torch::kFloat64), est);
       CHECK(test::max_rel_error(k64, expected, 1e-12) < 1e-12);
       // k3 = exp(d) - d - 1 cancels for small d, so float32 is held to an absolute bound.
-      const torch::Tensor k32 = kl_penalty(test::to_tensor(c["logp"], torch::kFloat32),
-                                           test::to_tensor(c["ref"], torch::kFloat32), est);
-      CHECK((k32.to(torch::kFloat64) - expected).abs().max().item<double>() < 2e-6 * std::max(1.0, expected.abs().max().item<double>()));
+      const torch::Tensor k32 =
+          kl_penalty(test::to_tensor(c["logp"], torch::kFloat32), test::to_tensor(c["ref"], torch::kFloat32), est);
+      CHECK((k32.to(torch::kFloat64) - expected).abs().max().item<double>() <
+            2e-6 * std::max(1.0, expected.abs().max().item<double>()));
     }
   }
 }
@@ -148,8 +151,9 @@ TEST_CASE("entropy from logits matches the reference (absolute 1e-12 / 1e-5)", "
       const torch::Tensor logits = test::to_tensor(c["logits"], torch::kFloat64).view({rows, vocab});
       // Absolute: peaked rows have entropy ~0 computed as a difference of numbers near 50.
       CHECK((entropy_from_logits(logits) - expected).abs().max().item<double>() < 1e-12);
-      CHECK((entropy_from_logits(logits.to(torch::kFloat32)).to(torch::kFloat64) - expected).abs().max().item<double>() <
-            1e-5);
+      CHECK(
+          (entropy_from_logits(logits.to(torch::kFloat32)).to(torch::kFloat64) - expected).abs().max().item<double>() <
+          1e-5);
     }
   }
 }

@@ -1,7 +1,7 @@
 // Learning-rate schedule shapes.
 #include <catch2/catch.hpp>
 
-#include "core/lr_schedule.h"
+#include "core/grpo/lr_schedule.h"
 
 using namespace tandem;
 

@@ -3,33 +3,15 @@
 // training does; pure bfloat16 (the control) rounds almost every update away.
 #include <catch2/catch.hpp>
 
-#include "core/llama_policy.h"
-#include "core/master_weights.h"
-#include "core/policy_update.h"
-#include "core/schedule.h"
+#include "core/batch/schedule.h"
+#include "core/grpo/master_weights.h"
+#include "core/grpo/policy_update.h"
+#include "core/policies/llama_policy.h"
+#include "loopback_communicator.h"
 
 using namespace tandem;
 
 namespace {
-
-// The one-rank group: reduce_and_step's collectives are identities.
-class Loopback final : public parallel::Communicator {
- public:
-  int64_t rank() const override { return 0; }
-  int64_t size() const override { return 1; }
-  std::string name() const override { return "loopback"; }
-  void all_reduce(torch::Tensor&, parallel::ReduceOp) override {}
-  torch::Tensor all_gather(const torch::Tensor& t) override { return t.clone(); }
-  torch::Tensor all_gather_v(const torch::Tensor& t) override { return t.clone(); }
-  torch::Tensor reduce_scatter(const torch::Tensor& t, parallel::ReduceOp) override { return t.clone(); }
-  void broadcast(torch::Tensor&, int64_t) override {}
-  torch::Tensor all_to_all_v(const torch::Tensor& send, const std::vector<int64_t>& counts,
-                             std::vector<int64_t>* recv) override {
-    if (recv) *recv = counts;
-    return send.clone();
-  }
-  void barrier() override {}
-};
 
 ArSample sample(std::vector<int64_t> tokens, int64_t prompt_len, double adv, int64_t index) {
   ArSample s;
@@ -71,7 +53,7 @@ std::vector<torch::Tensor> train_five(Mode mode, std::vector<torch::Tensor>* bf1
   if (mode == Mode::kMixed) master = std::make_unique<MasterWeights>(policy.parameters());
   const std::vector<torch::Tensor> trained = master ? master->master() : policy.parameters();
   torch::optim::AdamW opt(trained, torch::optim::AdamWOptions(1e-6).weight_decay(0.01));
-  Loopback comm;
+  test::Loopback comm;
   std::vector<ArSample> samples{sample({1, 5, 9, 12, 40, 3, 7, 7}, 3, 0.9, 0), sample({8, 8, 2, 30, 31}, 2, -1.1, 1),
                                 sample({60, 61, 62, 63, 10, 11, 12, 13, 14}, 4, 0.4, 2),
                                 sample({2, 4, 6, 8, 10, 12}, 2, -0.2, 3)};
@@ -163,7 +145,8 @@ TEST_CASE("bf16 with master weights moves as float32 training at lr 1e-6; pure b
   CHECK(share_mixed >= 0.99 * share_f32);
   CHECK(rel < 0.1);
   // The bf16 copy is the master rounded, bitwise.
-  for (size_t i = 0; i < model.size(); ++i) CHECK(torch::equal(model[i].detach(), master[i].detach().to(torch::kBFloat16)));
+  for (size_t i = 0; i < model.size(); ++i)
+    CHECK(torch::equal(model[i].detach(), master[i].detach().to(torch::kBFloat16)));
   // Control: without master weights the same updates mostly round away, so the checks above can fail.
   CHECK(share_pure < 0.5 * share_f32);
 }

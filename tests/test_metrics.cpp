@@ -1,7 +1,7 @@
 // Weighted metric aggregation against the reference (tests/fixtures/metrics.json).
 #include <catch2/catch.hpp>
 
-#include "core/metrics.h"
+#include "core/run/metrics.h"
 #include "fixtures.h"
 
 #include <unistd.h>

@@ -28,9 +28,8 @@ TEST_CASE("rank layout: tp fastest, then cp, then dp; round-trips", "[parallel_d
 }
 
 TEST_CASE("layouts that do not multiply out fail naming every factor", "[parallel_dims]") {
-  CHECK_THROWS_WITH(ParallelDims::resolve(3, 1, 1, 4),
-                    Catch::Contains("dp=3") && Catch::Contains("cp=1") && Catch::Contains("tp=1") &&
-                        Catch::Contains("world size 4"));
+  CHECK_THROWS_WITH(ParallelDims::resolve(3, 1, 1, 4), Catch::Contains("dp=3") && Catch::Contains("cp=1") &&
+                                                           Catch::Contains("tp=1") && Catch::Contains("world size 4"));
   CHECK_THROWS_AS(ParallelDims::resolve(-1, 3, 1, 4), UserError);
   CHECK_THROWS_AS(ParallelDims::resolve(0, 1, 1, 4), UserError);
   CHECK_THROWS_AS(ParallelDims::resolve(2, 0, 1, 4), UserError);

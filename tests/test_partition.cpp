@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "core/partition.h"
+#include "core/batch/partition.h"
 
 using namespace tandem;
 
@@ -66,8 +66,7 @@ TEST_CASE("k = 8: the best seeding beats plain KK + refinement where verl's equa
   CHECK(max_part(w, best) == 8334);  // 1.0039 of the mean 8301.875
 }
 
-TEST_CASE("randomized: the result is never worse than any seeding alone, and every seeding is needed",
-          "[partition]") {
+TEST_CASE("randomized: the result is never worse than any seeding alone, and every seeding is needed", "[partition]") {
   std::mt19937_64 rng(11);
   const std::vector<int64_t> ks{1, 2, 3, 5, 8, 16};
   std::map<PartitionSeed, int> unique_best;  // instances only this seeding (refined) reaches the result on

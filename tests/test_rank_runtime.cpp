@@ -2,7 +2,7 @@
 // request on a machine without one.
 #include <catch2/catch.hpp>
 
-#include "core/rank_runtime.h"
+#include "core/run/rank_runtime.h"
 
 using namespace tandem;
 

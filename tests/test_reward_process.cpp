@@ -84,7 +84,8 @@ bool group_gone(pid_t pgid) {
 // The reward is the request's index + 0.5; the answer echoes the index, as the protocol asks.
 const char* kEchoIndex =
     "while IFS= read -r line; do\n"
-    "  " TANDEM_IDX "echo \"{\\\"index\\\": $idx, \\\"reward\\\": $idx.5, \\\"note\\\": \\\"ok\\\"}\"\n"
+    "  " TANDEM_IDX
+    "echo \"{\\\"index\\\": $idx, \\\"reward\\\": $idx.5, \\\"note\\\": \\\"ok\\\"}\"\n"
     "done\n";
 
 // One well-formed answer line for the request in $line (sh).
@@ -119,12 +120,12 @@ TEST_CASE("a reward process answers batch after batch from one child", "[rewards
 TEST_CASE("the request lines carry the sample's fields as JSON", "[rewards][process]") {
   if (!fs::exists("/usr/bin/python3")) return;
   TempDir dir;
-  std::ofstream(dir.path / "check.py") <<
-      "import json, sys\n"
-      "for line in sys.stdin:\n"
-      "    r = json.loads(line)\n"
-      "    ok = r['response'] == r['answer'] and r['prompt'] == 'p' and isinstance(r['index'], int)\n"
-      "    print(json.dumps({'index': r['index'], 'reward': 1.0 if ok else 0.0}), flush=True)\n";
+  std::ofstream(dir.path / "check.py")
+      << "import json, sys\n"
+         "for line in sys.stdin:\n"
+         "    r = json.loads(line)\n"
+         "    ok = r['response'] == r['answer'] and r['prompt'] == 'p' and isinstance(r['index'], int)\n"
+         "    print(json.dumps({'index': r['index'], 'reward': 1.0 if ok else 0.0}), flush=True)\n";
   RewardProcess process(quiet("/usr/bin/python3 " + (dir.path / "check.py").string()));
   const std::vector<RewardInput> inputs{{"p", "a\"b\\\n\xc3\xa9", "a\"b\\\n\xc3\xa9", 0}, {"p", "x", "y", 1}};
   CHECK(process.score(inputs) == std::vector<double>{1.0, 0.0});
@@ -135,10 +136,11 @@ TEST_CASE("a large pipelined batch does not deadlock", "[rewards][process]") {
   // more than a pipe holds in either direction.
   if (!fs::exists("/usr/bin/python3")) return;
   TempDir dir;
-  std::ofstream(dir.path / "ones.py") << "import json, sys\n"
-                                         "for line in iter(sys.stdin.readline, ''):\n"
-                                         "    i = json.loads(line)['index']\n"
-                                         "    print(json.dumps({'index': i, 'reward': 1, 'pad': 'p' * 120}), flush=True)\n";
+  std::ofstream(dir.path / "ones.py")
+      << "import json, sys\n"
+         "for line in iter(sys.stdin.readline, ''):\n"
+         "    i = json.loads(line)['index']\n"
+         "    print(json.dumps({'index': i, 'reward': 1, 'pad': 'p' * 120}), flush=True)\n";
   RewardProcess process(quiet("/usr/bin/python3 " + (dir.path / "ones.py").string()));
   const auto rewards = process.score(batch(0, 3000, std::string(2000, 'z')));
   CHECK(rewards.size() == 3000);
@@ -152,8 +154,10 @@ TEST_CASE("a child that crashes mid-batch is a UserError naming the sample", "[r
                                          "while IFS= read -r line; do\n"
                                          "  n=$((n + 1))\n"
                                          "  if [ $n -eq 3 ]; then echo 'boom: cannot score this' >&2; exit 3; fi\n"
-                                         "  " + kAnswer + "\n"
-                                         "done\n");
+                                         "  " +
+                                             kAnswer +
+                                             "\n"
+                                             "done\n");
   RewardProcess process(quiet(command));
   const pid_t pid = process.child_pid();
   const std::string error = error_of(process, batch(10, 5));
@@ -171,9 +175,10 @@ TEST_CASE("a child that crashes mid-batch is a UserError naming the sample", "[r
 
 TEST_CASE("a child that never answers times out fast, with its process group killed", "[rewards][process]") {
   TempDir dir;
-  RewardProcess process(quiet(dir.script("slow.sh",
-                                         "IFS= read -r line; " + kAnswer + "\n"
-                                         "IFS= read -r line; sleep 30; " + kAnswer + "\n"),
+  RewardProcess process(quiet(dir.script("slow.sh", "IFS= read -r line; " + kAnswer +
+                                                        "\n"
+                                                        "IFS= read -r line; sleep 30; " +
+                                                        kAnswer + "\n"),
                               0.5));
   const pid_t pid = process.child_pid();
   const auto start = std::chrono::steady_clock::now();
@@ -202,9 +207,8 @@ TEST_CASE("malformed answers are UserErrors naming the sample and the line", "[r
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string name = "bad" + std::to_string(i) + ".txt";
     std::ofstream(dir.path / name) << cases[i].first << "\n";
-    RewardProcess process(
-        quiet("IFS= read -r line; " + kAnswer + "; while IFS= read -r line; do cat " +
-              (dir.path / name).string() + "; done"));
+    RewardProcess process(quiet("IFS= read -r line; " + kAnswer + "; while IFS= read -r line; do cat " +
+                                (dir.path / name).string() + "; done"));
     const pid_t pid = process.child_pid();
     const std::string error = error_of(process, batch(4, 3));
     CHECK_THAT(error, Catch::Contains(cases[i].second) && Catch::Contains("at sample 5"));
@@ -238,7 +242,8 @@ TEST_CASE("a stray answer line is caught on every run, never paired with the wro
     INFO("run " << run);
     {  // two answers to every request: within a batch, the second line has the wrong index
       RewardProcess process(quiet("while IFS= read -r line; do " + kAnswer + "; " + kAnswer + "; done"));
-      CHECK_THAT(error_of(process, batch(10, 3)), Catch::Contains("the answer is for index 10 but request 11 was next"));
+      CHECK_THAT(error_of(process, batch(10, 3)),
+                 Catch::Contains("the answer is for index 10 but request 11 was next"));
     }
     {  // a batch of one: the extra line is caught by the next call, whatever its timing
       RewardProcess process(quiet("while IFS= read -r line; do " + kAnswer + "; " + kAnswer + "; done"));

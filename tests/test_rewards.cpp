@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/rewards/math_answer.h"
 #include "core/rewards/reward_factory.h"
 #include "core/rewards/text_match.h"
@@ -28,7 +28,7 @@ TEST_CASE("exact_match compares the trimmed response up to an end marker", "[rew
 TEST_CASE("partial_match is position agreement over the longer length", "[rewards]") {
   CHECK(partial_match_score("321", "321") == 1.0);
   CHECK(partial_match_score("321<eos>", " 321") == 1.0);
-  CHECK(partial_match_score("32", "321") == Approx(2.0 / 3));   // one missing
+  CHECK(partial_match_score("32", "321") == Approx(2.0 / 3));    // one missing
   CHECK(partial_match_score("3210", "321") == Approx(3.0 / 4));  // one extra
   CHECK(partial_match_score("123", "321") == Approx(1.0 / 3));   // only the middle matches
   CHECK(partial_match_score("021", "321") == Approx(2.0 / 3));

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/rollout_bridge.h"
+#include "core/batch/rollout_bridge.h"
 
 using namespace tandem;
 
@@ -69,7 +69,8 @@ TEST_CASE("control: a rollout side that receives one step late no longer matches
 TEST_CASE("drop_stale keeps samples within K, counts lags and drops", "[bridge]") {
   std::vector<ArSample> samples(6);
   const int64_t versions[] = {5, 4, 3, 2, 5, 1};
-  for (size_t i = 0; i < samples.size(); ++i) samples[i].policy_version = versions[i], samples[i].index = static_cast<int64_t>(i);
+  for (size_t i = 0; i < samples.size(); ++i)
+    samples[i].policy_version = versions[i], samples[i].index = static_cast<int64_t>(i);
   std::vector<int64_t> hist;
   CHECK(drop_stale(samples, 5, 2, hist) == 2);
   CHECK(hist == std::vector<int64_t>{2, 1, 1});

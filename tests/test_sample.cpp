@@ -1,7 +1,7 @@
 // ArSample invariants.
 #include <catch2/catch.hpp>
 
-#include "core/sample.h"
+#include "core/batch/sample.h"
 
 using namespace tandem;
 

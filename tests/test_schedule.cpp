@@ -5,7 +5,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "core/schedule.h"
+#include "core/batch/schedule.h"
 
 using namespace tandem;
 
@@ -33,8 +33,10 @@ void check_schedule(const Schedule& sch, const std::vector<SampleCost>& samples,
     for (const auto& rank : mini.ranks) {
       for (const auto& m : rank.micros) {
         CHECK_FALSE(m.samples.empty());
-        if (o.max_tokens_per_micro) CHECK(m.tokens <= *o.max_tokens_per_micro);
-        else CHECK(static_cast<int64_t>(m.samples.size()) <= *o.micro_batch_size);
+        if (o.max_tokens_per_micro)
+          CHECK(m.tokens <= *o.max_tokens_per_micro);
+        else
+          CHECK(static_cast<int64_t>(m.samples.size()) <= *o.micro_batch_size);
         int64_t tokens = 0, action = 0;
         for (int64_t i : m.samples) {
           seen.at(i)++;

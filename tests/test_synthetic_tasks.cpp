@@ -7,10 +7,10 @@
 #include <set>
 
 #include "common/error.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/tasks/shapes.h"
 #include "core/tasks/synthetic.h"
-#include "models/tokenizer.h"
+#include "models/tokenizers/tokenizer.h"
 
 using namespace tandem;
 using namespace tandem::tasks;
@@ -74,8 +74,8 @@ TEST_CASE("synthetic answers are correct", "[tasks]") {
 }
 
 TEST_CASE("shape_corners asks about every shape class and answers its corner count", "[tasks]") {
-  const std::map<std::string, std::string> corners{{"circle", "0"}, {"square", "4"},  {"triangle", "3"},
-                                                   {"cross", "12"}, {"ring", "0"},    {"diamond", "4"},
+  const std::map<std::string, std::string> corners{{"circle", "0"},   {"square", "4"}, {"triangle", "3"},
+                                                   {"cross", "12"},   {"ring", "0"},   {"diamond", "4"},
                                                    {"saltire", "12"}, {"frame", "8"}};
   std::set<std::string> asked;
   for (int64_t i = 0; i < 400; ++i) {

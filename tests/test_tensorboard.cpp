@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/tensorboard.h"
+#include "core/run/tensorboard.h"
 
 using namespace tandem;
 

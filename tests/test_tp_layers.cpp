@@ -74,7 +74,8 @@ TEST_CASE("fused column-parallel projections equal separate linears: outputs and
       }
       ((y[0] * gy[0]).sum() + (y[1] * gy[1]).sum()).backward();
       std::vector<torch::Tensor> out = {y[0].detach(), y[1].detach(), y[2].detach(), x.grad()};
-      for (auto& l : layers) out.push_back(l->weight.grad().defined() ? l->weight.grad() : torch::zeros_like(l->weight));
+      for (auto& l : layers)
+        out.push_back(l->weight.grad().defined() ? l->weight.grad() : torch::zeros_like(l->weight));
       return out;
     };
     const auto ref = run(false), got = run(true);
@@ -158,10 +159,10 @@ TEST_CASE("the loss fused into the head equals autograd through the log-probs: l
       // Reference: full logits, plain autograd, the loss on the caller's axis.
       const torch::Tensor hr = h0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
       const auto full = parallel::full_logits_log_probs(hr, wr, targets, 0, nullptr, with_entropy);
-      const torch::Tensor at = torch::empty({n}, torch::kInt64).index_copy_(0, perm, torch::arange(n));  // row at each position
-      const torch::Tensor ref_loss =
-          token_loss(full.logp.index_select(0, at), entropy_in_loss ? full.entropy.index_select(0, at) : torch::Tensor(),
-                     a, b, c);
+      const torch::Tensor at =
+          torch::empty({n}, torch::kInt64).index_copy_(0, perm, torch::arange(n));  // row at each position
+      const torch::Tensor ref_loss = token_loss(
+          full.logp.index_select(0, at), entropy_in_loss ? full.entropy.index_select(0, at) : torch::Tensor(), a, b, c);
       (ref_loss * 2.5).backward();  // the incoming gradient scales the fused head's saved one
       for (int64_t chunk : {1, 5, 23, 100}) {
         INFO("entropy " << with_entropy << " in loss " << entropy_in_loss << " chunk " << chunk);
@@ -174,8 +175,8 @@ TEST_CASE("the loss fused into the head equals autograd through the log-probs: l
           torch::AutoGradMode grad_on(true);
           const torch::Tensor lp = logp.detach().requires_grad_(true);
           const torch::Tensor en = entropy_in_loss ? entropy.detach().requires_grad_(true) : torch::Tensor();
-          const torch::Tensor l = token_loss(lp, en, a.index_select(0, index), b.index_select(0, index),
-                                             c.index_select(0, index));
+          const torch::Tensor l =
+              token_loss(lp, en, a.index_select(0, index), b.index_select(0, index), c.index_select(0, index));
           std::vector<torch::Tensor> wrt{lp};
           if (en.defined()) wrt.push_back(en);
           const auto g = torch::autograd::grad({l}, wrt);
@@ -212,13 +213,14 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
   const auto f32 = parallel::vocab_parallel_log_probs(h, w, t, 0, nullptr, {true, 4});
   CHECK(f32.logp.scalar_type() == torch::kFloat32);
   CHECK(test::rel_floor1(f32.logp, ref.logp) < 1e-5);
-  const auto bf16 = parallel::vocab_parallel_log_probs(h.to(torch::kBFloat16), w.to(torch::kBFloat16), t, 0, nullptr,
-                                                       {true, 4});
+  const auto bf16 =
+      parallel::vocab_parallel_log_probs(h.to(torch::kBFloat16), w.to(torch::kBFloat16), t, 0, nullptr, {true, 4});
   CHECK(bf16.logp.scalar_type() == torch::kFloat32);
   CHECK(test::rel_floor1(bf16.logp, ref.logp) < 0.1);
   // Kept logits (float32 statistics of bf16 weights) give the recomputing backward's gradients bitwise.
   const auto grads = [&](int64_t keep_bytes) {
-    const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true), wb = w.to(torch::kBFloat16).requires_grad_(true);
+    const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true),
+                        wb = w.to(torch::kBFloat16).requires_grad_(true);
     parallel::vocab_parallel_log_probs(hb, wb, t, 0, nullptr, {true, 4, keep_bytes}).logp.sum().backward();
     return std::make_pair(hb.grad(), wb.grad());
   };
@@ -229,7 +231,8 @@ TEST_CASE("chunked vocab log-probs of float32 and bfloat16 weights use float32 s
   CHECK(torch::equal(h_recompute, h_kept));
   CHECK(torch::equal(w_recompute, w_kept));
   // The fused head on bf16 weights: the same float32 statistics, the gradients in bf16 as above.
-  const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true), wb = w.to(torch::kBFloat16).requires_grad_(true);
+  const torch::Tensor hb = h.to(torch::kBFloat16).requires_grad_(true),
+                      wb = w.to(torch::kBFloat16).requires_grad_(true);
   parallel::TokenLogProbOptions o{true, 4};
   o.token_loss = [](const torch::Tensor&, const torch::Tensor& logp, const torch::Tensor&) {
     return parallel::TokenLossChunk{logp.sum(), torch::ones_like(logp), torch::Tensor()};

@@ -111,8 +111,8 @@ TEST_CASE("unified: both heads match the independent reference (float64 1e-10, f
     torch::NoGradGuard no_grad;
     const torch::Tensor logits = model->text_logits(fx("text.ids"), fx("text.lengths"));  // (B, T, V)
     CHECK(logits.scalar_type() == dtype);
-    const double text_err = test::rel_to_max(real_rows(logits, fx("text.lengths")),
-                                             real_rows(fx("text.logits"), fx("text.lengths")));
+    const double text_err =
+        test::rel_to_max(real_rows(logits, fx("text.lengths")), real_rows(fx("text.logits"), fx("text.lengths")));
     const models::UnifiedOutput joint = model->forward(image_input());
     const double vel_err = test::rel_to_max(joint.velocity, fx("image.velocity"));
     const double prompt_err = test::rel_to_max(real_rows(joint.text_logits, fx("image.prompt_lengths")),
@@ -122,9 +122,9 @@ TEST_CASE("unified: both heads match the independent reference (float64 1e-10, f
     CHECK(vel_err < tol);
     CHECK(prompt_err < tol);
     // Bitwise: velocity() runs forward() on the same inputs (same shapes, same kernels).
-    CHECK(torch::equal(model->velocity(fx("image.prompt_ids"), fx("image.prompt_lengths"), fx("image.x_t"),
-                                       fx("image.sigma")),
-                       joint.velocity));
+    CHECK(torch::equal(
+        model->velocity(fx("image.prompt_ids"), fx("image.prompt_lengths"), fx("image.x_t"), fx("image.sigma")),
+        joint.velocity));
   }
 }
 
@@ -215,7 +215,7 @@ TEST_CASE("unified: velocity depends on every patch and every real prompt token;
     for (const int64_t q : {int64_t{0}, n - 1}) {
       INFO("row " << b << " output patch " << q);
       const torch::Tensor gx = slot_norms(models::patchify(grad_of(v_patches[b][q], x_t), p));  // (B, N)
-      CHECK(gx[b].min().item<double>() > 0);  // every input patch, before and after q
+      CHECK(gx[b].min().item<double>() > 0);                                   // every input patch, before and after q
       const torch::Tensor gh = slot_norms(grad_of(v_patches[b][q], tr.h))[b];  // (T)
       if (len > 0) CHECK(gh.narrow(0, 0, len).min().item<double>() > 0);
       if (len < width) CHECK(gh.narrow(0, len, width - len).max().item<double>() == 0.0);
@@ -223,8 +223,8 @@ TEST_CASE("unified: velocity depends on every patch and every real prompt token;
   }
   // Controls: a causal image mask cuts patch 0 off the last patch; a mask that lets patches see
   // padding gives the padding an influence.
-  const Traced causal = traced_forward(model, {in.text_ids, in.text_lengths, x_t, in.sigma},
-                                       causal_mask(in.text_lengths, width, n));
+  const Traced causal =
+      traced_forward(model, {in.text_ids, in.text_lengths, x_t, in.sigma}, causal_mask(in.text_lengths, width, n));
   const torch::Tensor causal_v = models::patchify(causal.out.velocity, p);  // (B, N, p*p*C)
   const torch::Tensor gc = slot_norms(models::patchify(grad_of(causal_v[0][0], x_t), p));
   CHECK(gc[0][n - 1].item<double>() == 0.0);
@@ -234,8 +234,7 @@ TEST_CASE("unified: velocity depends on every patch and every real prompt token;
   CHECK(slot_norms(grad_of(models::patchify(padded.out.velocity, p)[1][0], padded.h))[1][2].item<double>() > 0);
 }
 
-TEST_CASE("unified: a row alone equals the row in a padded batch; padding ids and width change nothing",
-          "[unified]") {
+TEST_CASE("unified: a row alone equals the row in a padded batch; padding ids and width change nothing", "[unified]") {
   UnifiedModel model = fixture_model();
   torch::NoGradGuard no_grad;
   const torch::Tensor ids = fx("text.ids"), lengths = fx("text.lengths");
@@ -314,8 +313,8 @@ TEST_CASE("unified: trunk gradient of L_text + L_image is the sum of the separat
   const auto g_leaky = torch::autograd::grad({leaky_loss}, trunk);
   CHECK(test::rel_to_max(g_leaky[0], g_text.at("layers.0.self_attn.q_proj.weight") +
                                          g_image.at("layers.0.self_attn.q_proj.weight")) > 1e-6);
-  CHECK(test::rel_to_max(g_leaky[1], g_text.at("layers.1.mlp.up_proj.weight") +
-                                         g_image.at("layers.1.mlp.up_proj.weight")) > 1e-6);
+  CHECK(test::rel_to_max(g_leaky[1],
+                         g_text.at("layers.1.mlp.up_proj.weight") + g_image.at("layers.1.mlp.up_proj.weight")) > 1e-6);
 }
 
 TEST_CASE("unified: every float dtype runs and every parameter gets a finite, nonzero gradient", "[unified]") {
@@ -458,7 +457,8 @@ TEST_CASE("unified: malformed inputs are refused naming the problem", "[unified]
   refuses({ids, torch::tensor({4, 1, 0}, torch::kInt64), {}, {}}, "text_lengths must lie in [0, 3]");
   refuses({torch::zeros({3, 0}, torch::kInt64), torch::zeros({3}, torch::kInt64), {}, {}}, "T_text >= 1");
   // An empty prompt with an image is the unconditional case, not an error.
-  CHECK(model->velocity(torch::zeros({3, 0}, torch::kInt64), torch::zeros({3}, torch::kInt64), fx("image.x_t"),
-                        fx("image.sigma"))
+  CHECK(model
+            ->velocity(torch::zeros({3, 0}, torch::kInt64), torch::zeros({3}, torch::kInt64), fx("image.x_t"),
+                       fx("image.sigma"))
             .sizes() == fx("image.x_t").sizes());
 }

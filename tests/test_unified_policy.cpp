@@ -6,8 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
-#include "core/collate.h"
-#include "core/unified_policy.h"
+#include "core/batch/collate.h"
+#include "core/policies/unified_policy.h"
 #include "models/unified/flow.h"
 #include "models/unified/generate.h"
 
@@ -41,7 +41,8 @@ double max_abs(const torch::Tensor& t) { return t.numel() ? t.abs().max().item<d
 
 }  // namespace
 
-TEST_CASE("unified policy: packed log-probs equal padded ones and the model's logits (float64 1e-12)", "[unified_policy]") {
+TEST_CASE("unified policy: packed log-probs equal padded ones and the model's logits (float64 1e-12)",
+          "[unified_policy]") {
   UnifiedTextPolicy policy(tiny_model());
   const ArSample a = sample({1, 5, 9, 12, 3}, 2), b = sample({7, 2, 30}, 1), c = sample({4, 4, 4, 4, 8, 11, 2}, 3);
   const std::vector<const ArSample*> rows{&a, &b, &c};
@@ -67,7 +68,8 @@ TEST_CASE("unified policy: packed log-probs equal padded ones and the model's lo
   CHECK(max_abs(other.forward_packed(packed, false).logp - p.logp) > 1e-3);
 }
 
-TEST_CASE("unified sampler: log-probs are the training forward's, samples do not depend on their batch", "[unified_policy]") {
+TEST_CASE("unified sampler: log-probs are the training forward's, samples do not depend on their batch",
+          "[unified_policy]") {
   UnifiedTextPolicy policy(tiny_model());
   models::SamplingParams sp;
   sp.max_new_tokens = 5;
@@ -100,16 +102,18 @@ TEST_CASE("unified sampler: log-probs are the training forward's, samples do not
   CHECK_THROWS_AS(policy.generate({{{1, 5, 9}, 1}}, too_long), UserError);  // 3 + 15 > max_text_len 16
 }
 
-TEST_CASE("unified flow: a label is its text prompt, the null label the empty one, batch-independently", "[unified_policy]") {
+TEST_CASE("unified flow: a label is its text prompt, the null label the empty one, batch-independently",
+          "[unified_policy]") {
   models::UnifiedModel model = tiny_model();
   const std::vector<std::vector<int64_t>> prompts{{1, 6, 7}, {1, 8}};
   models::UnifiedFlow flow(model, prompts);
   CHECK(flow.null_label() == 2);
   torch::manual_seed(0);
-  const torch::Tensor x = torch::randn({3, 3, 8, 8}, torch::kFloat64);        // (B, C, H, W)
+  const torch::Tensor x = torch::randn({3, 3, 8, 8}, torch::kFloat64);          // (B, C, H, W)
   const torch::Tensor sigma = torch::tensor({0.9, 0.5, 0.2}, torch::kFloat64);  // (B)
   const torch::Tensor v = flow.velocity(x, sigma, torch::tensor({1, 0, 2}));    // (B, C, H, W)
-  const torch::Tensor direct = model->velocity(torch::tensor({{1, 8}}), torch::tensor({2}), x.slice(0, 0, 1), sigma.slice(0, 0, 1));
+  const torch::Tensor direct =
+      model->velocity(torch::tensor({{1, 8}}), torch::tensor({2}), x.slice(0, 0, 1), sigma.slice(0, 0, 1));
   CHECK(max_abs(v.slice(0, 0, 1) - direct) <= 1e-12);
   const torch::Tensor uncond =
       model->velocity(torch::zeros({1, 0}, torch::kInt64), torch::tensor({0}), x.slice(0, 2, 3), sigma.slice(0, 2, 3));

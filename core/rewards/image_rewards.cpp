@@ -5,9 +5,9 @@
 #include <stdexcept>
 
 #include "common/error.h"
-#include "core/config.h"
-#include "core/image_io.h"
+#include "core/config/config.h"
 #include "core/rewards/shape_classifier.h"
+#include "core/run/image_io.h"
 
 namespace tandem::rewards {
 
@@ -36,9 +36,7 @@ void check_image_batch(const torch::Tensor& images, const std::vector<int64_t>& 
 
 JpegSizeReward::JpegSizeReward(bool compressible, int quality) : compressible_(compressible), quality_(quality) {}
 
-std::string JpegSizeReward::name() const {
-  return compressible_ ? "jpeg_compressibility" : "jpeg_incompressibility";
-}
+std::string JpegSizeReward::name() const { return compressible_ ? "jpeg_compressibility" : "jpeg_incompressibility"; }
 
 std::vector<double> JpegSizeReward::score(const torch::Tensor& images, const std::vector<int64_t>& class_labels) {
   check_image_batch(images, class_labels);
@@ -74,14 +72,54 @@ std::vector<double> ColorTargetReward::score(const torch::Tensor& images, const 
   return to_vector(-(m - target).norm(2, {1}));  // (B)
 }
 
+namespace {
+
+struct ImageReward {
+  const char* name;
+  std::unique_ptr<ImageRewardFn> (*make)(const ImageRewardOptions& o);  // null: served by the track
+};
+
+const ImageReward kImageRewards[] = {
+    {"jpeg_compressibility",
+     [](const ImageRewardOptions& o) -> std::unique_ptr<ImageRewardFn> {
+       return std::make_unique<JpegSizeReward>(true, o.jpeg_quality);
+     }},
+    {"jpeg_incompressibility",
+     [](const ImageRewardOptions& o) -> std::unique_ptr<ImageRewardFn> {
+       return std::make_unique<JpegSizeReward>(false, o.jpeg_quality);
+     }},
+    {"brightness",
+     [](const ImageRewardOptions&) -> std::unique_ptr<ImageRewardFn> { return std::make_unique<BrightnessReward>(); }},
+    {"color_target",
+     [](const ImageRewardOptions& o) -> std::unique_ptr<ImageRewardFn> {
+       return std::make_unique<ColorTargetReward>(o.color_target);
+     }},
+    {"shape_class",
+     [](const ImageRewardOptions& o) -> std::unique_ptr<ImageRewardFn> {
+       return std::make_unique<ShapeClassReward>(o.image_size, o.num_classes);
+     }},
+    // The external process (reward_process.h) scores the samples' PNG files; the image track
+    // starts it itself, since it writes the files first.
+    {"command", nullptr},
+};
+
+}  // namespace
+
+const std::vector<std::string>& image_reward_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const ImageReward& r : kImageRewards) n.push_back(r.name);
+    return n;
+  }();
+  return names;
+}
+
 std::unique_ptr<ImageRewardFn> make_image_reward(const std::string& kind, const ImageRewardOptions& o) {
-  if (kind == "jpeg_compressibility") return std::make_unique<JpegSizeReward>(true, o.jpeg_quality);
-  if (kind == "jpeg_incompressibility") return std::make_unique<JpegSizeReward>(false, o.jpeg_quality);
-  if (kind == "brightness") return std::make_unique<BrightnessReward>();
-  if (kind == "color_target") return std::make_unique<ColorTargetReward>(o.color_target);
-  if (kind == "shape_class") return std::make_unique<ShapeClassReward>(o.image_size, o.num_classes);
-  if (kind == "command")
-    throw UserError("tracks.image.reward.kind: command rewards are not available for the image track yet");
+  for (const ImageReward& r : kImageRewards)
+    if (kind == r.name) {
+      if (!r.make) throw std::logic_error("make_image_reward: '" + kind + "' is served by the image track");
+      return r.make(o);
+    }
   throw UserError(unknown_name_message("image reward", kind, image_reward_names()));
 }
 

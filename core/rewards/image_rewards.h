@@ -5,6 +5,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/rewards/image_reward_fn.h"
 
@@ -53,7 +54,11 @@ struct ImageRewardOptions {
   std::array<double, 3> color_target{0.9, 0.1, 0.1};  // a strong red
 };
 
-// `kind` is one of image_reward_names() (core/config.h). Throws UserError for an unknown kind (with
+// The image reward names: the recipe schema offers exactly these ("command" is served by the
+// image track with reward_process.h, the others by make_image_reward()).
+const std::vector<std::string>& image_reward_names();
+
+// `kind` is one of image_reward_names() but "command". Throws UserError for an unknown kind (with
 // the nearest name) and for "command", which the image track does not run yet.
 std::unique_ptr<ImageRewardFn> make_image_reward(const std::string& kind, const ImageRewardOptions& options);
 

@@ -5,12 +5,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/rewards/reward_fn.h"
 
 namespace tandem::rewards {
 
-// `kind` is one of ar_reward_names() (core/config.h): exact_match, partial_match, math_answer, or
+// The AR reward names make_reward() builds: the recipe schema offers exactly these.
+const std::vector<std::string>& ar_reward_names();
+
+// `kind` is one of ar_reward_names(): exact_match, partial_match, math_answer, or
 // command, which needs `command` and starts the process now. Throws UserError for an unknown kind
 // (with the nearest name) or a missing command.
 std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::optional<std::string>& command,

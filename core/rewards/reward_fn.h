@@ -11,8 +11,8 @@ namespace tandem::rewards {
 
 struct RewardInput {
   std::string prompt;
-  std::string response;  // decoded generation (may still hold an end-of-sequence marker)
-  std::string answer;    // the prompt source's reference answer
+  std::string response;      // decoded generation (may still hold an end-of-sequence marker)
+  std::string answer;        // the prompt source's reference answer
   int64_t sample_index = 0;  // the sample's index in the step's rollout, for error messages
 };
 

@@ -74,8 +74,8 @@ std::string describe_status(int status) {
 }
 
 std::string request_line(const RewardInput& in) {
-  const nlohmann::json j{{"prompt", in.prompt}, {"response", in.response}, {"answer", in.answer},
-                         {"index", in.sample_index}};
+  const nlohmann::json j{
+      {"prompt", in.prompt}, {"response", in.response}, {"answer", in.answer}, {"index", in.sample_index}};
   // Responses are valid UTF-8 by the tokenizer's contract; replace rather than throw regardless.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -97,7 +97,8 @@ bool parse_answer(std::string line, int64_t index, double& reward, std::string& 
     problem = "no integer \"index\" key (an answer echoes its request's index)";
   } else if (j["index"].get<int64_t>() != index) {
     problem = "the answer is for index " + std::to_string(j["index"].get<int64_t>()) + " but request " +
-              std::to_string(index) + " was next: a line printed out of turn (an extra answer, or output before a "
+              std::to_string(index) +
+              " was next: a line printed out of turn (an extra answer, or output before a "
               "request)";
   } else if (!j.contains("reward")) {
     problem = "no \"reward\" key";
@@ -357,9 +358,9 @@ std::vector<double> RewardProcess::score(const std::vector<RewardInput>& inputs)
         out_buffer_.append(buf, static_cast<size_t>(n));
       } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         // A final answer without its newline still counts as malformed output, not a silent loss.
-        const std::string what = out_buffer_.empty() ? "closed its stdout before answering"
-                                                     : "closed its stdout after a partial line '" +
-                                                           shown(out_buffer_) + "'";
+        const std::string what = out_buffer_.empty()
+                                     ? "closed its stdout before answering"
+                                     : "closed its stdout after a partial line '" + shown(out_buffer_) + "'";
         fail(current(), what, true);
       }
     }
@@ -367,8 +368,7 @@ std::vector<double> RewardProcess::score(const std::vector<RewardInput>& inputs)
   if (!out_buffer_.empty())
     fail(inputs.back().sample_index, "printed more lines than there were samples ('" + shown(out_buffer_) + "')",
          false);
-  if (written < pending.size())
-    fail(inputs.back().sample_index, "answered before reading every request", false);
+  if (written < pending.size()) fail(inputs.back().sample_index, "answered before reading every request", false);
   return rewards;
 }
 

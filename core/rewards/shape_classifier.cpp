@@ -45,7 +45,7 @@ ShapeClassifier::ShapeClassifier(int64_t image_size, int64_t num_classes)
       for (const double dy : offsets)
         for (const double dx : offsets)
           masks.push_back(tasks::shape_coverage(k, s / 2 + dx, s / 2 + dy, r, work_size_).flatten());  // (P)
-    per_class.push_back(standardize(torch::stack(masks)));  // (T, P)
+    per_class.push_back(standardize(torch::stack(masks)));                                             // (T, P)
   }
   templates_ = torch::stack(per_class);  // (K, T, P)
 }
@@ -56,12 +56,12 @@ torch::Tensor ShapeClassifier::class_scores(const torch::Tensor& images) const {
   torch::Tensor x = torch::nan_to_num(images.detach().to(torch::kCPU, torch::kFloat64), 0.0);  // (B, C, H, W)
   if (work_size_ != image_size_) x = torch::adaptive_avg_pool2d(x, {work_size_, work_size_});
   const int64_t b = x.size(0), w = work_size_;
-  const torch::Tensor border = torch::cat({x.select(2, 0), x.select(2, w - 1), x.select(3, 0).slice(2, 1, w - 1),
-                                           x.select(3, w - 1).slice(2, 1, w - 1)},
-                                          2);                                              // (B, C, 4w - 4)
-  const torch::Tensor background = std::get<0>(border.median(2, true)).unsqueeze(3);      // (B, C, 1, 1)
-  const torch::Tensor fg = (x - background).pow(2).sum(1).sqrt().reshape({b, w * w});     // (B, P)
-  const torch::Tensor f = standardize(fg);                                                // (B, P)
+  const torch::Tensor border = torch::cat(
+      {x.select(2, 0), x.select(2, w - 1), x.select(3, 0).slice(2, 1, w - 1), x.select(3, w - 1).slice(2, 1, w - 1)},
+      2);                                                                              // (B, C, 4w - 4)
+  const torch::Tensor background = std::get<0>(border.median(2, true)).unsqueeze(3);   // (B, C, 1, 1)
+  const torch::Tensor fg = (x - background).pow(2).sum(1).sqrt().reshape({b, w * w});  // (B, P)
+  const torch::Tensor f = standardize(fg);                                             // (B, P)
   const int64_t k = templates_.size(0), t = templates_.size(1);
   const torch::Tensor sims = f.matmul(templates_.reshape({k * t, w * w}).t()).view({b, k, t});  // (B, K, T)
   return std::get<0>(sims.max(2));                                                              // (B, K)

@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "models/utf8.h"
+#include "models/tokenizers/utf8.h"
 
 namespace tandem::rewards {
 
 const std::vector<std::string>& eos_markers() {
-  static const std::vector<std::string> markers{"<eos>", "</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>",
-                                                "<|end_of_text|>"};
+  static const std::vector<std::string> markers{"<eos>",      "</s>",       "<|endoftext|>",
+                                                "<|im_end|>", "<|eot_id|>", "<|end_of_text|>"};
   return markers;
 }
 

@@ -13,9 +13,7 @@ namespace tandem::tasks {
 
 namespace {
 
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
+bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 // The value of `key` in `record` as a string, or a UserError naming where and why not.
 std::string string_field(const nlohmann::json& record, const std::string& key, const std::string& where) {

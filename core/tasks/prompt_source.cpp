@@ -56,8 +56,7 @@ std::vector<int64_t> shard_slots(int64_t prompts_per_step, int64_t rank, int64_t
   return slots;
 }
 
-std::vector<ShardPrompt> next_step_shard(PromptSource& source, int64_t prompts_per_step, int64_t rank,
-                                         int64_t world) {
+std::vector<ShardPrompt> next_step_shard(PromptSource& source, int64_t prompts_per_step, int64_t rank, int64_t world) {
   const std::vector<int64_t> slots = shard_slots(prompts_per_step, rank, world);  // validate first
   std::vector<Prompt> all = next_step(source, prompts_per_step);
   std::vector<ShardPrompt> mine;

@@ -24,9 +24,7 @@ struct DataCursor {
   int64_t position = 0;  // prompts taken in the current epoch
   int64_t seed = 0;      // the stream's seed (shuffle order, generated prompts)
 
-  bool operator==(const DataCursor& o) const {
-    return epoch == o.epoch && position == o.position && seed == o.seed;
-  }
+  bool operator==(const DataCursor& o) const { return epoch == o.epoch && position == o.position && seed == o.seed; }
   bool operator!=(const DataCursor& o) const { return !(*this == o); }
 };
 
@@ -73,7 +71,6 @@ struct ShardPrompt {
 };
 
 // next_step() then this rank's slots of it.
-std::vector<ShardPrompt> next_step_shard(PromptSource& source, int64_t prompts_per_step, int64_t rank,
-                                         int64_t world);
+std::vector<ShardPrompt> next_step_shard(PromptSource& source, int64_t prompts_per_step, int64_t rank, int64_t world);
 
 }  // namespace tandem::tasks

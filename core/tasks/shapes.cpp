@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "core/image_io.h"
+#include "core/run/image_io.h"
 #include "core/tasks/det_rng.h"
 
 namespace tandem::tasks {
@@ -24,15 +24,20 @@ const char* const kShapeNames[kNumShapeKinds] = {"circle", "square",  "triangle"
 bool inside(ShapeKind kind, double u, double v) {
   const double au = std::abs(u), av = std::abs(v);
   switch (kind) {
-    case ShapeKind::kCircle: return u * u + v * v <= 1.0;
-    case ShapeKind::kSquare: return au <= 0.8 && av <= 0.8;
-    case ShapeKind::kTriangle: return v >= -0.9 && v <= 0.75 && au <= 0.95 * (v + 0.9) / 1.65;  // apex up
-    case ShapeKind::kCross: return (au <= 0.3 && av <= 0.95) || (av <= 0.3 && au <= 0.95);
+    case ShapeKind::kCircle:
+      return u * u + v * v <= 1.0;
+    case ShapeKind::kSquare:
+      return au <= 0.8 && av <= 0.8;
+    case ShapeKind::kTriangle:
+      return v >= -0.9 && v <= 0.75 && au <= 0.95 * (v + 0.9) / 1.65;  // apex up
+    case ShapeKind::kCross:
+      return (au <= 0.3 && av <= 0.95) || (av <= 0.3 && au <= 0.95);
     case ShapeKind::kRing: {
       const double r2 = u * u + v * v;
       return r2 <= 1.0 && r2 >= 0.36;
     }
-    case ShapeKind::kDiamond: return au + av <= 1.0;
+    case ShapeKind::kDiamond:
+      return au + av <= 1.0;
     case ShapeKind::kSaltire: {  // the cross turned by 45 degrees, slightly thinner arms
       const double a = std::abs(u + v) / std::sqrt(2.0), b = std::abs(u - v) / std::sqrt(2.0);
       return (a <= 0.25 && b <= 0.95) || (b <= 0.25 && a <= 0.95);
@@ -55,12 +60,18 @@ std::array<double, 3> hsv_to_rgb(double h, double s, double v) {
   const double f = h6 - std::floor(h6);
   const double p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   switch (sector) {
-    case 0: return {v, t, p};
-    case 1: return {q, v, p};
-    case 2: return {p, v, t};
-    case 3: return {p, q, v};
-    case 4: return {t, p, v};
-    default: return {v, p, q};
+    case 0:
+      return {v, t, p};
+    case 1:
+      return {q, v, p};
+    case 2:
+      return {p, v, t};
+    case 3:
+      return {p, q, v};
+    case 4:
+      return {t, p, v};
+    default:
+      return {v, p, q};
   }
 }
 
@@ -102,8 +113,8 @@ torch::Tensor render_shape(const ShapeParams& p, int64_t image_size, int64_t cha
 void validate_shapes_options(const ShapesOptions& o) {
   const std::string key = "tracks.image.model.";
   if (o.num_classes < 1 || o.num_classes > kNumShapeKinds)
-    throw UserError(key + "num_classes: the shapes task has " + std::to_string(kNumShapeKinds) +
-                    " classes, got " + std::to_string(o.num_classes));
+    throw UserError(key + "num_classes: the shapes task has " + std::to_string(kNumShapeKinds) + " classes, got " +
+                    std::to_string(o.num_classes));
   if (o.channels != 1 && o.channels != 3)
     throw UserError(key + "channels: the shapes task draws 3 (RGB) or 1 (grey) channels, got " +
                     std::to_string(o.channels));

@@ -25,10 +25,14 @@ std::optional<SyntheticTask> synthetic_task_from_name(const std::string& name) {
 
 std::string synthetic_task_name(SyntheticTask task) {
   switch (task) {
-    case SyntheticTask::kReverseDigits: return "reverse_digits";
-    case SyntheticTask::kSortDigits: return "sort_digits";
-    case SyntheticTask::kAdd: return "add";
-    case SyntheticTask::kShapeCorners: return "shape_corners";
+    case SyntheticTask::kReverseDigits:
+      return "reverse_digits";
+    case SyntheticTask::kSortDigits:
+      return "sort_digits";
+    case SyntheticTask::kAdd:
+      return "add";
+    case SyntheticTask::kShapeCorners:
+      return "shape_corners";
   }
   return "?";
 }
@@ -72,7 +76,8 @@ int64_t random_number(DetRng& rng, int64_t digits) {
 
 int64_t shape_corners(int64_t label) {
   static constexpr int64_t kCorners[kNumShapeKinds] = {0, 4, 3, 12, 0, 4, 12, 8};
-  if (label < 0 || label >= kNumShapeKinds) throw std::out_of_range("shape_corners: no shape class " + std::to_string(label));
+  if (label < 0 || label >= kNumShapeKinds)
+    throw std::out_of_range("shape_corners: no shape class " + std::to_string(label));
   return kCorners[label];
 }
 
@@ -117,8 +122,6 @@ SyntheticSource::SyntheticSource(SyntheticTask task, const SyntheticOptions& opt
   cursor_.seed = seed;
 }
 
-Prompt SyntheticSource::next() {
-  return generate_synthetic(task_, options_, cursor_.seed, cursor_.position++);
-}
+Prompt SyntheticSource::next() { return generate_synthetic(task_, options_, cursor_.seed, cursor_.position++); }
 
 }  // namespace tandem::tasks

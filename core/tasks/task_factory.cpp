@@ -2,11 +2,28 @@
 #include "core/tasks/task_factory.h"
 
 #include "common/error.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/tasks/dataset_source.h"
 #include "core/tasks/jsonl_dataset.h"
 
 namespace tandem::tasks {
+
+const std::vector<std::string>& ar_task_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const SyntheticTask t :
+         {SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits, SyntheticTask::kAdd, SyntheticTask::kShapeCorners})
+      n.push_back(synthetic_task_name(t));
+    n.push_back("jsonl");
+    return n;
+  }();
+  return names;
+}
+
+const std::vector<std::string>& image_task_names() {
+  static const std::vector<std::string> names{"shapes"};  // core/tasks/shapes.h
+  return names;
+}
 
 std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const std::optional<std::string>& path,
                                                  const std::string& prompt_key, const std::string& answer_key,

@@ -12,19 +12,19 @@ void check_dit_config(const DitConfig& c) {
     if (!ok) throw std::invalid_argument("DitConfig: " + what);
   };
   require(c.image_size >= 1 && c.channels >= 1 && c.patch_size >= 1, "image_size, channels, patch_size must be >= 1");
-  require(c.image_size % c.patch_size == 0, "patch_size " + std::to_string(c.patch_size) +
-                                                " does not divide image_size " + std::to_string(c.image_size));
+  require(c.image_size % c.patch_size == 0,
+          "patch_size " + std::to_string(c.patch_size) + " does not divide image_size " + std::to_string(c.image_size));
   require(c.hidden_size >= 1 && c.num_layers >= 1 && c.num_heads >= 1 && c.num_classes >= 1,
           "hidden_size, num_layers, num_heads, num_classes must be >= 1");
-  require(c.hidden_size % c.num_heads == 0, "num_heads " + std::to_string(c.num_heads) +
-                                                " does not divide hidden_size " + std::to_string(c.hidden_size));
+  require(c.hidden_size % c.num_heads == 0,
+          "num_heads " + std::to_string(c.num_heads) + " does not divide hidden_size " + std::to_string(c.hidden_size));
 }
 
 DitImpl::DitImpl(const DitConfig& config) : config_(config) {
   check_dit_config(config);
   const int64_t d = config.hidden_size, p = config.patch_size;
-  patch_embed = register_module(
-      "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(config.channels, d, p).stride(p)));
+  patch_embed =
+      register_module("patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(config.channels, d, p).stride(p)));
   // DiT initialises the patch projection like a linear layer (xavier on the flattened kernel).
   torch::nn::init::xavier_uniform_(patch_embed->weight.view({d, -1}));
   torch::nn::init::zeros_(patch_embed->bias);
@@ -34,8 +34,8 @@ DitImpl::DitImpl(const DitConfig& config) : config_(config) {
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_layers; ++i) blocks->push_back(DitBlock(d, config.num_heads));
   final_layer = register_module("final_layer", FinalLayer(d, p, config.channels));
-  pos_embed = register_buffer(
-      "pos_embed", sincos_positions_2d(config.grid(), config.grid(), d).to(torch::kFloat32).unsqueeze(0));
+  pos_embed = register_buffer("pos_embed",
+                              sincos_positions_2d(config.grid(), config.grid(), d).to(torch::kFloat32).unsqueeze(0));
 }
 
 torch::Tensor DitImpl::forward(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& labels) {
@@ -49,7 +49,7 @@ torch::Tensor DitImpl::forward(const torch::Tensor& x, const torch::Tensor& sigm
   const torch::Tensor c = t_embed(sigma) + y_embed(labels);                                        // (B, D)
   torch::Tensor h = tokens;
   for (const auto& block : *blocks) h = block->as<DitBlockImpl>()->forward(h, c);  // (B, N, D)
-  return unpatchify(final_layer(h, c));                                           // (B, C, H, W)
+  return unpatchify(final_layer(h, c));                                            // (B, C, H, W)
 }
 
 torch::Tensor DitImpl::unpatchify(const torch::Tensor& tokens) const {

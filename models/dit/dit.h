@@ -43,7 +43,7 @@ class DitImpl : public torch::nn::Module {
 
   torch::nn::Conv2d patch_embed{nullptr};  // C -> D, kernel = stride = patch_size
   TimestepEmbedder t_embed{nullptr};
-  torch::nn::Embedding y_embed{nullptr};   // num_classes + 1 rows (the last is the null class)
+  torch::nn::Embedding y_embed{nullptr};  // num_classes + 1 rows (the last is the null class)
   torch::nn::ModuleList blocks{nullptr};
   FinalLayer final_layer{nullptr};
   torch::Tensor pos_embed;  // (1, N, D) fixed sin-cos buffer

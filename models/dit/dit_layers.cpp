@@ -58,7 +58,7 @@ torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
   const auto opts = torch::TensorOptions().dtype(dtype).device(t.device());
   const torch::Tensor freqs = torch::exp(-std::log(10000.0) * torch::arange(half, opts) / static_cast<double>(half));
   const torch::Tensor args = t.to(dtype).unsqueeze(1) * freqs.unsqueeze(0);  // (B, half)
-  torch::Tensor emb = torch::cat({torch::cos(args), torch::sin(args)}, 1);    // (B, 2 half)
+  torch::Tensor emb = torch::cat({torch::cos(args), torch::sin(args)}, 1);   // (B, 2 half)
   if (dim % 2 == 1) emb = torch::cat({emb, torch::zeros({t.size(0), 1}, opts)}, 1);
   return emb;  // (B, dim)
 }
@@ -81,7 +81,7 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden_size) {
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& sigma) {
   const torch::Tensor f = timestep_features(sigma * kTimestepScale, kTimestepFrequencyDim);  // (B, 256)
-  return fc2(torch::silu(fc1(f.to(fc1->weight.scalar_type()))));                            // (B, D)
+  return fc2(torch::silu(fc1(f.to(fc1->weight.scalar_type()))));                             // (B, D)
 }
 
 SelfAttentionImpl::SelfAttentionImpl(int64_t hidden_size, int64_t num_heads) : num_heads_(num_heads) {
@@ -94,11 +94,12 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), n = x.size(1), d = x.size(2), hd = d / num_heads_;
   const torch::Tensor qkv_heads = qkv(x).view({b, n, 3, num_heads_, hd}).permute({2, 0, 3, 1, 4});  // (3, B, H, N, hd)
   const torch::Tensor q = qkv_heads[0], k = qkv_heads[1], v = qkv_heads[2];                         // (B, H, N, hd)
-  const torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, N, N)
+  const torch::Tensor scores =
+      torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, N, N)
   // bfloat16 / half softmax loses the small weights; normalise in float32 and come back.
   const torch::Tensor weights = torch::softmax(scores, -1, at_least_float32(scores.scalar_type())).to(v.scalar_type());
-  const torch::Tensor out = torch::matmul(weights, v);              // (B, H, N, hd)
-  return proj(out.transpose(1, 2).reshape({b, n, d}));              // (B, N, D)
+  const torch::Tensor out = torch::matmul(weights, v);  // (B, H, N, hd)
+  return proj(out.transpose(1, 2).reshape({b, n, d}));  // (B, N, D)
 }
 
 DitBlockImpl::DitBlockImpl(int64_t hidden_size, int64_t num_heads, int64_t mlp_ratio) {

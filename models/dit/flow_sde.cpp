@@ -39,8 +39,7 @@ torch::Tensor sigma_schedule(int64_t steps, double shift) {
 }
 
 torch::Dtype sde_compute_dtype(const torch::Tensor& x, const torch::Tensor& v) {
-  return x.scalar_type() == torch::kFloat64 || v.scalar_type() == torch::kFloat64 ? torch::kFloat64
-                                                                                   : torch::kFloat32;
+  return x.scalar_type() == torch::kFloat64 || v.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
 SdeStepResult sde_step(const torch::Tensor& x, const torch::Tensor& v, const torch::Tensor& sigma,
@@ -52,16 +51,16 @@ SdeStepResult sde_step(const torch::Tensor& x, const torch::Tensor& v, const tor
   TORCH_CHECK(x.dim() >= 2, "sde_step: x must be (B, ...) with at least one element dim, got ", x.sizes());
   const torch::Dtype dtype = sde_compute_dtype(x, v);
   const int64_t dim = x.dim();
-  const torch::Tensor xs = x.to(dtype), vs = v.to(dtype);           // (B, ...)
-  const torch::Tensor sig = per_sample(sigma, dim, dtype);          // (B, 1, ...)
+  const torch::Tensor xs = x.to(dtype), vs = v.to(dtype);   // (B, ...)
+  const torch::Tensor sig = per_sample(sigma, dim, dtype);  // (B, 1, ...)
   const torch::Tensor sig_next = per_sample(sigma_next, dim, dtype);
-  const torch::Tensor dt = sig_next - sig;                           // (B, 1, ...) < 0
+  const torch::Tensor dt = sig_next - sig;  // (B, 1, ...) < 0
   const torch::Tensor guarded = torch::where(sig == 1, torch::full_like(sig, sigma_max), sig);
   const torch::Tensor std_dev_t = torch::sqrt(sig / (1 - guarded)) * noise_level;  // (B, 1, ...)
   const torch::Tensor var_t = std_dev_t.pow(2);
   const torch::Tensor mean =
       xs * (1 + var_t / (2 * sig) * dt) + vs * (1 + var_t * (1 - sig) / (2 * sig)) * dt;  // (B, ...)
-  const torch::Tensor step_std = std_dev_t * torch::sqrt(-dt);                          // (B, 1, ...)
+  const torch::Tensor step_std = std_dev_t * torch::sqrt(-dt);                            // (B, 1, ...)
   const torch::Tensor prev =
       given == SdeGiven::kNoise ? mean + step_std * noise_or_prev.to(dtype) : noise_or_prev.to(dtype);
   // The reference detaches prev: the gradient flows through the mean only.
@@ -76,7 +75,7 @@ torch::Tensor euler_step(const torch::Tensor& x, const torch::Tensor& v, const t
   const torch::Dtype dtype = sde_compute_dtype(x, v);
   const int64_t dim = x.dim();
   const torch::Tensor dt = per_sample(sigma_next, dim, dtype) - per_sample(sigma, dim, dtype);  // (B, 1, ...)
-  return x.to(dtype) + v.to(dtype) * dt;                                                         // (B, ...)
+  return x.to(dtype) + v.to(dtype) * dt;                                                        // (B, ...)
 }
 
 }  // namespace tandem::models

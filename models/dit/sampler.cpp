@@ -5,7 +5,6 @@
 
 #include "common/error.h"
 
-
 namespace tandem::models {
 
 namespace {
@@ -41,9 +40,7 @@ class SamplerRun {
 
   torch::Tensor draw() { return noise_.draw(sample_shape_, options_); }  // (B, C, H, W)
   // sigma_i for every sample -> (B) in the step dtype.
-  torch::Tensor sigma(int64_t i) const {
-    return torch::full({labels_.size(0)}, sigmas_[i].item<double>(), options_);
-  }
+  torch::Tensor sigma(int64_t i) const { return torch::full({labels_.size(0)}, sigmas_[i].item<double>(), options_); }
   double sigma_max() const { return sigmas_[1].item<double>(); }
   const torch::Tensor& sigmas() const { return sigmas_; }  // (S+1) float64
   const torch::Tensor& labels() const { return labels_; }  // (B)
@@ -84,14 +81,14 @@ torch::Tensor guided_velocity(FlowModel& model, const torch::Tensor& x, const to
   if (cfg == 1.0) return model.velocity(x, sigma, labels);  // (B, C, H, W)
   const torch::Tensor null_labels = torch::full_like(labels, model.null_label());
   const torch::Tensor v = model.velocity(torch::cat({x, x}), torch::cat({sigma, sigma}),
-                                        torch::cat({labels, null_labels}));  // (2B, C, H, W)
+                                         torch::cat({labels, null_labels}));  // (2B, C, H, W)
   // Combine in at least float32: the difference of two bfloat16 velocities is coarse.
   const torch::Dtype wide = model.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   const auto parts = v.to(wide).chunk(2, 0);
   // Detaching the unconditional half of the same 2B-row forward (rather than a separate no-grad
   // pass) keeps the values, and so the recomputed log-probs, bitwise equal to the sampler's.
   const torch::Tensor uncond = uncond_grad ? parts[1] : parts[1].detach();  // (B, C, H, W)
-  return uncond + cfg * (parts[0] - uncond);  // (B, C, H, W)
+  return uncond + cfg * (parts[0] - uncond);                                // (B, C, H, W)
 }
 
 SdeRollout sample_sde(FlowModel& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,
@@ -153,9 +150,7 @@ void DitFlow::load_tensors(const std::map<std::string, torch::Tensor>& tensors, 
 
 namespace {
 // A DitFlow sharing ownership of a module the caller holds (in a Dit ModuleHolder).
-DitFlow view(DitImpl& model) {
-  return DitFlow(Dit(std::dynamic_pointer_cast<DitImpl>(model.shared_from_this())));
-}
+DitFlow view(DitImpl& model) { return DitFlow(Dit(std::dynamic_pointer_cast<DitImpl>(model.shared_from_this()))); }
 }  // namespace
 
 SdeRollout sample_sde(DitImpl& model, const torch::Tensor& labels, const std::vector<NoiseKey>& keys,

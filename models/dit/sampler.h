@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "models/dit/dit.h"
-#include "models/dit/flow_model.h"
 #include "models/dit/flow_sde.h"
+#include "models/layers/flow_model.h"
 
 namespace tandem::models {
 
@@ -65,7 +65,7 @@ struct SdeSamplerOptions {
   int64_t steps = 10;
   double noise_level = 0.7;  // FlowGRPO's a
   double shift = 3.0;
-  double cfg = 1.0;          // 1: no classifier-free guidance (no unconditional pass)
+  double cfg = 1.0;  // 1: no classifier-free guidance (no unconditional pass)
 };
 
 struct OdeSamplerOptions {

@@ -26,7 +26,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
   const torch::Tensor q = apply_rotary(qkv[0].view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
   torch::Tensor k = apply_rotary(qkv[1].view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
   torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
-  torch::Tensor out;                                                                          // (N, H_l, D)
+  torch::Tensor out;                                                                       // (N, H_l, D)
   if (kv != nullptr && layout.decode()) {
     store_decode(*kv, k, v, layout.cache_positions);
     const int64_t span = layout.cache_key_valid.size(1);

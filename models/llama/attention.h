@@ -8,10 +8,10 @@
 
 #include <vector>
 
+#include "models/layers/rotary.h"
 #include "models/llama/attention_core.h"
 #include "models/llama/config.h"
 #include "models/llama/kv_cache.h"
-#include "models/llama/rotary.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tp_layers.h"
 
@@ -25,8 +25,8 @@ struct AttentionLayout {
   PackedAttentionPlan packed_plan;              // packed: how the segments run (see plan_layout)
   const parallel::CpShard* cp_shard = nullptr;  // packed with cp > 1: K/V are gathered over cp
   parallel::Communicator* cp = nullptr;
-  int64_t batch = 0, width = 0;                 // padded: rows are (B * T), B = batch, T = width
-  torch::Tensor key_valid;                      // padded: (B, T) bool; undefined for packed
+  int64_t batch = 0, width = 0;  // padded: rows are (B * T), B = batch, T = width
+  torch::Tensor key_valid;       // padded: (B, T) bool; undefined for packed
   bool padded() const { return key_valid.defined(); }
 
   // Incremental decoding (cp is never used). Prefill: a packed forward whose segment i also

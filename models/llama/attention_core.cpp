@@ -12,7 +12,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "models/llama/rms_norm.h"
+#include "models/layers/rms_norm.h"
 
 namespace tandem::models {
 
@@ -33,18 +33,17 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& b
 // Returns (B, L_q, H, D).
 torch::Tensor batched_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& blocked) {
-  const int64_t b = q.size(0), lq = q.size(1), heads = q.size(2), dim = q.size(3), lk = k.size(1),
-                kv_heads = k.size(2);
+  const int64_t b = q.size(0), lq = q.size(1), heads = q.size(2), dim = q.size(3), lk = k.size(1), kv_heads = k.size(2);
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   // The scale goes on the queries (L_q x D), not on the (L_q, L_k) scores: a pass over the
   // small tensor instead of the large one, in either direction.
   const torch::Tensor qg =  // (B*H_kv, G*L_q, D)
       q.view({b, lq, kv_heads, group, dim}).permute({0, 2, 3, 1, 4}).reshape({b * kv_heads, group * lq, dim}) * scale;
-  const torch::Tensor kt = k.permute({0, 2, 3, 1}).reshape({b * kv_heads, dim, lk});  // (B*H_kv, D, L_k)
+  const torch::Tensor kt = k.permute({0, 2, 3, 1}).reshape({b * kv_heads, dim, lk});   // (B*H_kv, D, L_k)
   const torch::Tensor scores = torch::bmm(qg, kt).view({b, kv_heads, group, lq, lk});  // (B, H_kv, G, L_q, L_k)
-  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (B, H_kv, G, L_q, L_k)
-  const torch::Tensor out =  // (B, H_kv, G*L_q, D)
+  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());        // (B, H_kv, G, L_q, L_k)
+  const torch::Tensor out =                                                            // (B, H_kv, G*L_q, D)
       torch::matmul(probs.view({b, kv_heads, group * lq, lk}), v.permute({0, 2, 1, 3}));
   return out.view({b, kv_heads, group, lq, dim}).permute({0, 3, 1, 2, 4}).reshape({b, lq, heads, dim});
 }
@@ -94,11 +93,12 @@ std::vector<AttentionSegment> segments_from_cu_seqlens(const torch::Tensor& cu_s
   return segments;
 }
 
-PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows,
-                                          int64_t k_rows, int64_t heads, torch::Device device, double span_ratio) {
+PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
+                                          int64_t heads, torch::Device device, double span_ratio) {
   int64_t row = 0;
   for (const AttentionSegment& s : segments) {
-    if (s.q_begin != row || s.length <= 0 || s.q_offset < 0 || s.k_begin < 0 || s.k_begin + s.q_offset + s.length > k_rows)
+    if (s.q_begin != row || s.length <= 0 || s.q_offset < 0 || s.k_begin < 0 ||
+        s.k_begin + s.q_offset + s.length > k_rows)
       throw std::invalid_argument("packed_attention: segments must cover the query rows in order within K/V");
     row += s.length;
   }
@@ -141,7 +141,8 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
     const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
     const torch::Tensor qi = torch::arange(lq, idx).view({1, lq, 1});  // query i of a row
     const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
-    const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}), sp = index_tensor(spans, device).view({-1, 1, 1});
+    const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}),
+                        sp = index_tensor(spans, device).view({-1, 1, 1});
     bucket.blocked = ((kj > qi + off) | (kj >= sp)).view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
     if (dense && lk == lq) {
       bucket.q_start = segments[by_span[first]].q_begin;
@@ -202,7 +203,7 @@ torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const torch::Tensor causal = torch::ones({t, t}, bool_opts).tril();                      // (T, T)
   const torch::Tensor self = torch::eye(t, bool_opts);                                     // (T, T)
   const torch::Tensor allowed = causal & (key_valid.view({b, 1, t}) | self.unsqueeze(0));  // (B, T, T)
-  return batched_attention(q, k, v, ~allowed.view({b, 1, 1, t, t}));                      // (B, T, H, D)
+  return batched_attention(q, k, v, ~allowed.view({b, 1, 1, t, t}));                       // (B, T, H, D)
 }
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -210,11 +211,11 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const torch::Tensor qg = q.view({n, kv_heads, group, dim});                           // (n, H_kv, G, D)
-  const torch::Tensor scores = torch::matmul(qg, k.transpose(2, 3)).mul(scale);         // (n, H_kv, G, S)
-  const torch::Tensor blocked = key_valid.logical_not().view({n, 1, 1, span});          // (n, 1, 1, S)
-  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());         // (n, H_kv, G, S)
-  return torch::matmul(probs, v).view({n, heads, dim});                                 // (n, H_kv, G, D) -> (n, H, D)
+  const torch::Tensor qg = q.view({n, kv_heads, group, dim});                    // (n, H_kv, G, D)
+  const torch::Tensor scores = torch::matmul(qg, k.transpose(2, 3)).mul(scale);  // (n, H_kv, G, S)
+  const torch::Tensor blocked = key_valid.logical_not().view({n, 1, 1, span});   // (n, 1, 1, S)
+  const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (n, H_kv, G, S)
+  return torch::matmul(probs, v).view({n, heads, dim});                          // (n, H_kv, G, D) -> (n, H, D)
 }
 
 }  // namespace tandem::models

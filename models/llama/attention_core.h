@@ -35,11 +35,11 @@ inline constexpr int64_t kBucketMaxScores = 32LL << 20;
 struct PackedAttentionPlan {
   struct Bucket {
     int64_t batch = 0, q_len = 0, k_len = 0;  // the bucket's (B, L_q, L_k)
-    int64_t q_start = -1;  // >= 0: q, k and v rows [q_start, q_start + B*L) are the bucket as is
-    torch::Tensor q_index;   // (B * L_q) int64 query rows; padding repeats a real row
-    torch::Tensor k_index;   // (B * L_k) int64 K/V rows; padding repeats a real row
-    torch::Tensor blocked;   // (B, 1, 1, L_q, L_k) bool: causal, key padding
-    torch::Tensor real_rows; // (n_b) int64 rows of the (B * L_q) output that are real; undefined: all
+    int64_t q_start = -1;                     // >= 0: q, k and v rows [q_start, q_start + B*L) are the bucket as is
+    torch::Tensor q_index;                    // (B * L_q) int64 query rows; padding repeats a real row
+    torch::Tensor k_index;                    // (B * L_k) int64 K/V rows; padding repeats a real row
+    torch::Tensor blocked;                    // (B, 1, 1, L_q, L_k) bool: causal, key padding
+    torch::Tensor real_rows;                  // (n_b) int64 rows of the (B * L_q) output that are real; undefined: all
   };
   std::vector<Bucket> buckets;
   torch::Tensor order;  // (N) int64: bucket-concatenated row of each query row; undefined: identity
@@ -48,9 +48,8 @@ struct PackedAttentionPlan {
 
 // segments cover q_rows query rows in order and lie within k_rows K/V rows (std::invalid_argument
 // otherwise); heads sizes the score cap; span_ratio = 1 buckets only equal spans.
-PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows,
-                                          int64_t k_rows, int64_t heads, torch::Device device,
-                                          double span_ratio = kBucketSpanRatio);
+PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
+                                          int64_t heads, torch::Device device, double span_ratio = kBucketSpanRatio);
 
 // q (N, H, D); k, v (N_kv, H_kv, D). Returns (N, H, D).
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

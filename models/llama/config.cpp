@@ -209,8 +209,10 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
       {"torch_dtype", hf_dtype_name(dtype)},
   };
   for (const auto& [key, value] : arch.items()) j[key] = value;
-  if (c.explicit_head_dim > 0) j["head_dim"] = c.explicit_head_dim;
-  else if (j.contains("head_dim")) j["head_dim"] = c.head_dim();
+  if (c.explicit_head_dim > 0)
+    j["head_dim"] = c.explicit_head_dim;
+  else if (j.contains("head_dim"))
+    j["head_dim"] = c.head_dim();
   const RopeScaling& r = c.rope_scaling;
   if (r.kind == RopeScalingKind::kNone) {
     j["rope_scaling"] = nullptr;

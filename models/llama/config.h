@@ -17,9 +17,9 @@ enum class RopeScalingKind { kNone, kLinear, kLlama3 };
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::kNone;
   double factor = 1.0;
-  double low_freq_factor = 1.0;       // llama3 only
-  double high_freq_factor = 4.0;      // llama3 only
-  int64_t original_max_seq_len = 0;   // llama3: original_max_position_embeddings
+  double low_freq_factor = 1.0;      // llama3 only
+  double high_freq_factor = 4.0;     // llama3 only
+  int64_t original_max_seq_len = 0;  // llama3: original_max_position_embeddings
   bool operator==(const RopeScaling& o) const {
     return kind == o.kind && factor == o.factor && low_freq_factor == o.low_freq_factor &&
            high_freq_factor == o.high_freq_factor && original_max_seq_len == o.original_max_seq_len;
@@ -37,7 +37,7 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
-  bool qkv_bias = false;             // q/k/v projections carry a bias (Qwen2); o_proj never does
+  bool qkv_bias = false;            // q/k/v projections carry a bias (Qwen2); o_proj never does
   double initializer_range = 0.02;  // std of the random init (HF's initializer_range)
   int64_t explicit_head_dim = 0;    // HF's head_dim when config.json gives one; 0: hidden_size / num_heads
   RopeScaling rope_scaling;

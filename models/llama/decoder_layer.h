@@ -3,9 +3,9 @@
 
 #include <torch/torch.h>
 
+#include "models/layers/rms_norm.h"
 #include "models/llama/attention.h"
 #include "models/llama/mlp.h"
-#include "models/llama/rms_norm.h"
 
 namespace tandem::models {
 

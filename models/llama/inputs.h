@@ -27,8 +27,8 @@ struct PaddedInput {
 
 struct LogProbOptions {
   bool with_entropy = false;
-  bool chunked = true;       // false: plain autograd over full (tokens, vocab) logits (reference path)
-  int64_t chunk_tokens = 0;  // tokens per logits chunk; 0 = parallel::kDefaultLogitsChunkBytes per chunk
+  bool chunked = true;                // false: plain autograd over full (tokens, vocab) logits (reference path)
+  int64_t chunk_tokens = 0;           // tokens per logits chunk; 0 = parallel::kDefaultLogitsChunkBytes per chunk
   int64_t save_logits_max_bytes = 0;  // > 0: keep the logits for the backward when they fit (no recompute)
   // Set (chunked only): the loss is fused into the head (parallel::TokenLogProbOptions::token_loss);
   // its index is the token's position on the caller's flat axis ((N) packed, B*T padded).

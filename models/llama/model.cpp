@@ -67,8 +67,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
   }
   const int64_t local_heads = config_.num_heads / ctx_.tp_size;
   plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
-  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
-                                 config_.rope_scaling);
+  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(ids, *layout);  // (n_local, hidden)
 }
 
@@ -80,8 +79,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   layout.width = in.input_ids.size(1);
   layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
-                                 config_.rope_scaling);
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
 }
 
@@ -110,7 +108,7 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch
   if (ctx_.cp_enabled()) t = t.index_select(0, shard.rank_index[ctx_.cp_rank].to(t.device()));
   // A fused loss sees this rank's tokens at their positions in the whole micro.
   const torch::Tensor index = ctx_.cp_enabled() ? shard.rank_index[ctx_.cp_rank] : torch::Tensor();  // (n_local)
-  TokenLogProbs r = head_log_probs(hidden, t, o, index);  // (n_local)
+  TokenLogProbs r = head_log_probs(hidden, t, o, index);                                             // (n_local)
   if (ctx_.cp_enabled()) {
     r.logp = parallel::cp_gather_outputs(r.logp, shard, ctx_.cp);  // (N)
     if (r.entropy.defined()) r.entropy = parallel::cp_gather_outputs(r.entropy, shard, ctx_.cp);
@@ -123,8 +121,8 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PaddedInput& in, const torch
   const int64_t b = in.input_ids.size(0), t = in.input_ids.size(1);
   const torch::Tensor hidden = hidden_padded(in);                                                       // (B*T, hidden)
   const torch::Tensor rows = in.attention_mask.reshape({-1}).to(hidden.device()).nonzero().squeeze(1);  // (N_real)
-  const TokenLogProbs real = head_log_probs(
-      hidden.index_select(0, rows), targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o, rows);
+  const TokenLogProbs real = head_log_probs(hidden.index_select(0, rows),
+                                            targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o, rows);
   const auto scatter = [&](const torch::Tensor& v) {  // (N_real) -> (B, T), 0 on padding
     return torch::zeros({b * t}, v.options()).index_copy(0, rows, v).view({b, t});
   };
@@ -164,8 +162,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache_slots = slots;
   }
   plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(),
-                                 config_.rope_scaling);
+  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
   std::vector<int64_t> last;
   for (const AttentionSegment& s : layout.segments) last.push_back(s.q_begin + s.length - 1);
@@ -189,7 +186,7 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   layout.cache_key_valid =  // (n, S): row i sees keys j <= positions[i], its own new key included
       torch::arange(span, idx).unsqueeze(0) <= layout.cache_positions.unsqueeze(1);
   layout.rotary = rotary_tables(layout.cache_positions, config_.head_dim(), config_.rope_theta, w.scalar_type(),
-                                 config_.rope_scaling);
+                                config_.rope_scaling);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)
   for (int64_t i = 0; i < n; ++i) cache.set_length(i, cache.length(i) + 1);
   return z;

@@ -109,8 +109,8 @@ class Batcher {
   void take(const torch::Tensor& logits, size_t first) {
     const int64_t m = logits.size(0), vocab = logits.size(1);
     const int64_t limit = p_.vocab_limit > 0 ? std::min(p_.vocab_limit, vocab) : vocab;
-    const torch::Tensor z = logits.to(torch::kCPU);                      // (m, V) in the log-prob dtype
-    const torch::Tensor z64 = z.to(torch::kFloat64).contiguous();        // (m, V) for the choice
+    const torch::Tensor z = logits.to(torch::kCPU);                // (m, V) in the log-prob dtype
+    const torch::Tensor z64 = z.to(torch::kFloat64).contiguous();  // (m, V) for the choice
     std::vector<int64_t> chosen(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) {
       Live& s = live_[first + i];

@@ -19,10 +19,10 @@ struct SamplingParams {
   double top_p = 1.0;        // nucleus mass kept (1: off)
   int64_t top_k = 0;         // 0: off
   int64_t max_new_tokens = 16;
-  std::vector<int64_t> stop_ids;                   // any of these ends a response (kept in it)
+  std::vector<int64_t> stop_ids;                     // any of these ends a response (kept in it)
   std::vector<std::vector<int64_t>> stop_sequences;  // multi-token stops (kept in the response)
-  int64_t max_batch = 64;    // sequences decoded together (continuous batching)
-  int64_t vocab_limit = 0;   // > 0: ids >= vocab_limit are never sampled (padded embeddings)
+  int64_t max_batch = 64;                            // sequences decoded together (continuous batching)
+  int64_t vocab_limit = 0;                           // > 0: ids >= vocab_limit are never sampled (padded embeddings)
   bool use_kv_cache = true;  // false: recompute the whole prefix each token (benchmark baseline)
 };
 

@@ -135,8 +135,8 @@ void check_shapes(const LlamaConfig& c, const std::map<std::string, TensorShape>
     problems.push_back(name + ": unexpected tensor " + shape_str(t.shape));
   }
   if (problems.empty()) return;
-  std::string msg = source + ": the weights do not match the llama config (" + std::to_string(problems.size()) +
-                    " problems):";
+  std::string msg =
+      source + ": the weights do not match the llama config (" + std::to_string(problems.size()) + " problems):";
   for (size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
   throw UserError(msg);
 }
@@ -151,13 +151,15 @@ void check_hf_weights(const std::string& dir, const LlamaConfig& config) {
   for (const auto& [name, e] : headers) {
     if (name.rfind(prefix, 0) != 0) continue;
     const size_t dot = name.find('.', prefix.size());
-    const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+    const std::string index =
+        name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
     if (!index.empty() && index.size() < 10 && index.find_first_not_of("0123456789") == std::string::npos)
       layers = std::max<int64_t>(layers, std::stoll(index) + 1);
   }
   if (layers != config.num_layers)
     throw UserError(dir + ": config.json says num_hidden_layers " + std::to_string(config.num_layers) +
-                    " but the weights hold " + std::to_string(layers) + " layers; the config and the weights do not match");
+                    " but the weights hold " + std::to_string(layers) +
+                    " layers; the config and the weights do not match");
   std::map<std::string, TensorShape> shapes;
   for (const auto& [name, e] : headers) {
     const bool floating = c10::isFloatingType(e.info.torch_dtype);

@@ -93,7 +93,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   if (!bos_token_.empty()) context["bos_token"] = bos_token_;
   if (!eos_token_.empty()) context["eos_token"] = eos_token_;
   if (extra.is_object())
-    for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      context[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
   return compiled_.render(context);
 }
 

@@ -40,7 +40,10 @@ class ChatTemplate {
 
  private:
   ChatTemplate(std::string source, jinja::Template compiled, std::string bos, std::string eos)
-      : source_(std::move(source)), compiled_(std::move(compiled)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
+      : source_(std::move(source)),
+        compiled_(std::move(compiled)),
+        bos_token_(std::move(bos)),
+        eos_token_(std::move(eos)) {}
 
   std::string source_;
   jinja::Template compiled_;

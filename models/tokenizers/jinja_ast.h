@@ -33,23 +33,23 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 enum class ExprKind {
-  kLiteral,   // value
-  kName,      // name
-  kGetAttr,   // kids[0].name
-  kGetItem,   // kids[0][kids[1]]
-  kSlice,     // kids[0..2] = start, stop, step; each may be null
-  kCall,      // kids[0](kids[1..], kwargs)
-  kFilter,    // kids[0] | name(kids[1..], kwargs); kids[0] is null inside a filter block
-  kTest,      // kids[0] is [not] name(kids[1..], kwargs)
-  kUnary,     // name in {"-", "+", "not"}
-  kBinary,    // name in {"+", "-", "*", "/", "//", "%", "**", "~"}
+  kLiteral,  // value
+  kName,     // name
+  kGetAttr,  // kids[0].name
+  kGetItem,  // kids[0][kids[1]]
+  kSlice,    // kids[0..2] = start, stop, step; each may be null
+  kCall,     // kids[0](kids[1..], kwargs)
+  kFilter,   // kids[0] | name(kids[1..], kwargs); kids[0] is null inside a filter block
+  kTest,     // kids[0] is [not] name(kids[1..], kwargs)
+  kUnary,    // name in {"-", "+", "not"}
+  kBinary,   // name in {"+", "-", "*", "/", "//", "%", "**", "~"}
   kAnd,
   kOr,
-  kCompare,   // kids[0] ops[0] kids[1] ops[1] kids[2] ...
-  kCond,      // kids[1] if kids[0] else kids[2] (kids[2] may be null: Undefined)
+  kCompare,  // kids[0] ops[0] kids[1] ops[1] kids[2] ...
+  kCond,     // kids[1] if kids[0] else kids[2] (kids[2] may be null: Undefined)
   kList,
   kTuple,
-  kDict,      // kids = k0, v0, k1, v1, ...
+  kDict,  // kids = k0, v0, k1, v1, ...
 };
 
 struct Expr {
@@ -68,16 +68,16 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class StmtKind {
-  kText,       // text
-  kOutput,     // {{ expr }}
-  kIf,         // conds[i] -> bodies[i]; bodies.back() is the else branch when bodies > conds
-  kFor,        // for target in expr [if cond] body [else else_body]
-  kSet,        // set target = expr
-  kSetBlock,   // set target [| filters] body endset: filter is a kFilter chain over null
-  kMacro,      // macro name(params = defaults) body
+  kText,      // text
+  kOutput,    // {{ expr }}
+  kIf,        // conds[i] -> bodies[i]; bodies.back() is the else branch when bodies > conds
+  kFor,       // for target in expr [if cond] body [else else_body]
+  kSet,       // set target = expr
+  kSetBlock,  // set target [| filters] body endset: filter is a kFilter chain over null
+  kMacro,     // macro name(params = defaults) body
   kBreak,
   kContinue,
-  kScope,      // a body in its own scope: {% generation %}, {% with %} (assignments in `sets`)
+  kScope,  // a body in its own scope: {% generation %}, {% with %} (assignments in `sets`)
   kFilterBlock,
 };
 
@@ -125,14 +125,22 @@ class TokenCursor {
 
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case TokenKind::kData: return "template data";
-      case TokenKind::kVarBegin: return "'{{'";
-      case TokenKind::kVarEnd: return "'}}'";
-      case TokenKind::kBlockBegin: return "'{%'";
-      case TokenKind::kBlockEnd: return "'%}'";
-      case TokenKind::kEof: return "end of template";
-      case TokenKind::kString: return "string literal";
-      default: return "'" + t.text + "'";
+      case TokenKind::kData:
+        return "template data";
+      case TokenKind::kVarBegin:
+        return "'{{'";
+      case TokenKind::kVarEnd:
+        return "'}}'";
+      case TokenKind::kBlockBegin:
+        return "'{%'";
+      case TokenKind::kBlockEnd:
+        return "'%}'";
+      case TokenKind::kEof:
+        return "end of template";
+      case TokenKind::kString:
+        return "string literal";
+      default:
+        return "'" + t.text + "'";
     }
   }
 
@@ -198,14 +206,14 @@ bool has_test(const std::string& name);
 Value apply_filter(const std::string& name, const Value& subject, Args& args);
 bool apply_test(const std::string& name, const Value& subject, Args& args);
 // Attribute access, calls and globals (jinja_methods.cpp).
-Value get_attr(const Value& obj, const std::string& name);  // the sandbox's getattr: obj.name
-Value get_item(const Value& obj, const Value& key);         // the sandbox's getitem: obj[key]
+Value get_attr(const Value& obj, const std::string& name);      // the sandbox's getattr: obj.name
+Value get_item(const Value& obj, const Value& key);             // the sandbox's getitem: obj[key]
 Value get_own_attr(const Value& obj, const std::string& name);  // Python's getattr alone (the attr filter)
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 Value call(const Value& fn, Args& args);
 // Python's binary operators (jinja_ops.cpp): op is one of + - * / // % ** ~.
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 [[noreturn]] void fail_undefined(const Value& v);  // using an Undefined as an object: jinja2's UndefinedError
-Value lookup_global(const std::string& name);  // Undefined when there is no such global
+Value lookup_global(const std::string& name);      // Undefined when there is no such global
 
 }  // namespace tandem::models::jinja

@@ -67,7 +67,8 @@ Value attr_path(const Value& item, const Value& attribute, const Value* fallback
     while (true) {
       const size_t dot = path.find('.', start);
       const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
       parts.push_back(digits ? Value::integer(std::strtoll(part.c_str(), nullptr, 10)) : Value::string(part));
       if (dot == std::string::npos) break;
       start = dot + 1;
@@ -93,7 +94,8 @@ Value sort_key(const Value& item, const Value* attribute, bool case_sensitive) {
     const std::string& spec = attribute->str();
     for (size_t start = 0;;) {
       const size_t comma = spec.find(',', start);
-      keys.push_back(lower_if_str(attr_path(item, Value::string(spec.substr(start, comma - start)), nullptr), case_sensitive));
+      keys.push_back(
+          lower_if_str(attr_path(item, Value::string(spec.substr(start, comma - start)), nullptr), case_sensitive));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -114,8 +116,9 @@ bool parse_int(const std::string& raw, int base, int64_t* out) {
     if (c == '_' && i > 0 && std::isalnum(static_cast<unsigned char>(s[i - 1])) && i + 1 < s.size() &&
         std::isalnum(static_cast<unsigned char>(s[i + 1])))
       continue;
-    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                  : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10 : 99;
+    const int d = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
+                  : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10
+                                                                : 99;
     if (d >= base) return false;
     digits += c;
   }
@@ -163,11 +166,13 @@ Value filter_tojson(const Value& v, Args& args) {
   o.sort_keys = flag(p, 3);
   if (const Value* indent = p.get(1)) {
     o.has_indent = true;
-    o.indent = indent->is_string() ? indent->str() : std::string(std::max<int64_t>(0, want_int(*indent, "indent")), ' ');
+    o.indent =
+        indent->is_string() ? indent->str() : std::string(std::max<int64_t>(0, want_int(*indent, "indent")), ' ');
     o.item_sep = ",";
   }
   if (const Value* sep = p.get(2)) {
-    if (!sep->is_sequence() || sep->items().size() != 2) throw JinjaError("tojson separators must be a pair of strings");
+    if (!sep->is_sequence() || sep->items().size() != 2)
+      throw JinjaError("tojson separators must be a pair of strings");
     o.item_sep = want_string(sep->items()[0], "separator");
     o.key_sep = want_string(sep->items()[1], "separator");
   }
@@ -177,7 +182,8 @@ Value filter_tojson(const Value& v, Args& args) {
 Value filter_indent(const Value& v, Args& args) {
   Params p("indent", args, {"width", "first", "blank"});
   std::string indention = "    ";
-  if (const Value* w = p.get(0)) indention = w->is_string() ? w->str() : std::string(std::max<int64_t>(0, want_int(*w, "width")), ' ');
+  if (const Value* w = p.get(0))
+    indention = w->is_string() ? w->str() : std::string(std::max<int64_t>(0, want_int(*w, "width")), ' ');
   const std::u32string ind = decode(indention);
   const auto lines = py_splitlines(decode(want_string(v, "indent filter input")) + U"\n", false);
   std::u32string rv;
@@ -278,7 +284,7 @@ Value filter_sum(const Value& seq, Args& args) {
     if (!total.is_number() || !v.is_number())
       throw JinjaError("unsupported operand type(s) for +: '" + type_name(total) + "' and '" + type_name(v) + "'");
     total = total.is_int() && v.is_int() ? Value::integer(total.as_int() + v.as_int())
-                                          : Value::number(total.as_double() + v.as_double());
+                                         : Value::number(total.as_double() + v.as_double());
   }
   return total;
 }
@@ -322,7 +328,8 @@ const std::map<std::string, FilterFn>& filters() {
       Params p("attr", args, {"name"}, 1);
       return get_own_attr(v, want_string(p.at(0), "attribute name"));
     };
-    t["capitalize"] = no_args("capitalize", [](const Value& v) { return like(v, py_capitalize(py_lower(text_of(v)))); });
+    t["capitalize"] =
+        no_args("capitalize", [](const Value& v) { return like(v, py_capitalize(py_lower(text_of(v)))); });
     t["length"] = t["count"] = no_args("length", [](const Value& v) { return Value::integer(length(v)); });
     t["default"] = t["d"] = [](const Value& v, Args& args) {
       Params p("default", args, {"default_value", "boolean"});
@@ -429,7 +436,7 @@ const std::map<std::string, FilterFn>& filters() {
       std::reverse(items.begin(), items.end());
       // reversed() where Python has it (an iterator), else list(value) reversed.
       if (v.kind() == Value::Kind::kIterator) return Value::list(std::move(items));
-      const char* type = v.kind() == Value::Kind::kTuple ? "reversed"
+      const char* type = v.kind() == Value::Kind::kTuple   ? "reversed"
                          : v.is_mapping()                  ? "dict_reversekeyiterator"
                          : v.str().rfind("range(", 0) == 0 ? "range_iterator"
                          : v.is_undefined()                ? "reversed"
@@ -504,7 +511,9 @@ const std::map<std::string, TestFn>& tests() {
     t["mapping"] = unary("mapping", [](const Value& v) { return v.is_mapping(); });
     // Undefined is iterable, a sequence and callable to Python: it has __iter__, __len__,
     // __getitem__ and __call__ (which raise, except __iter__ and __len__).
-    auto container = [](const Value& v) { return v.is_string() || v.is_sequence() || v.is_mapping() || v.is_undefined(); };
+    auto container = [](const Value& v) {
+      return v.is_string() || v.is_sequence() || v.is_mapping() || v.is_undefined();
+    };
     t["iterable"] = unary("iterable", [container](const Value& v) { return container(v) || v.kind() == K::kIterator; });
     t["sequence"] = unary("sequence", container);
     t["callable"] = unary("callable", [](const Value& v) { return v.kind() == K::kCallable || v.is_undefined(); });
@@ -523,9 +532,11 @@ const std::map<std::string, TestFn>& tests() {
     auto eq = binary("eq", [](const Value& a, const Value& b) { return equals(a, b); });
     t["eq"] = t["equalto"] = t["=="] = eq;
     t["ne"] = t["!="] = binary("ne", [](const Value& a, const Value& b) { return !equals(a, b); });
-    t["lt"] = t["lessthan"] = t["<"] = binary("lt", [](const Value& a, const Value& b) { return compare(a, b, "<") < 0; });
+    t["lt"] = t["lessthan"] = t["<"] =
+        binary("lt", [](const Value& a, const Value& b) { return compare(a, b, "<") < 0; });
     t["le"] = t["<="] = binary("le", [](const Value& a, const Value& b) { return compare(a, b, "<=") <= 0; });
-    t["gt"] = t["greaterthan"] = t[">"] = binary("gt", [](const Value& a, const Value& b) { return compare(a, b, ">") > 0; });
+    t["gt"] = t["greaterthan"] = t[">"] =
+        binary("gt", [](const Value& a, const Value& b) { return compare(a, b, ">") > 0; });
     t["ge"] = t[">="] = binary("ge", [](const Value& a, const Value& b) { return compare(a, b, ">=") >= 0; });
     t["in"] = [](const Value& v, Args& args) {
       Params p("in", args, {"seq"}, 1);
@@ -534,13 +545,19 @@ const std::map<std::string, TestFn>& tests() {
     t["sameas"] = binary("sameas", [](const Value& a, const Value& b) {
       if (a.kind() != b.kind()) return false;
       switch (a.kind()) {
-        case K::kNone: return true;
-        case K::kBool: return a.as_bool() == b.as_bool();
-        case K::kInt: return a.as_int() == b.as_int() && a.as_int() >= -5 && a.as_int() <= 256;  // CPython's small ints
-        case K::kString: return a.str() == b.str();
+        case K::kNone:
+          return true;
+        case K::kBool:
+          return a.as_bool() == b.as_bool();
+        case K::kInt:
+          return a.as_int() == b.as_int() && a.as_int() >= -5 && a.as_int() <= 256;  // CPython's small ints
+        case K::kString:
+          return a.str() == b.str();
         case K::kUndefined:
-        case K::kFloat: return false;
-        default: return a.identity() == b.identity();
+        case K::kFloat:
+          return false;
+        default:
+          return a.identity() == b.identity();
       }
     });
     t["filter"] = unary("filter", [](const Value& v) { return v.is_string() && has_filter(v.str()); });

@@ -48,15 +48,19 @@ ScopePtr child_of(const ScopePtr& parent) {
 template <class Json>
 Value from_json(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::boolean: return Value::boolean(j.template get<bool>());
-    case Json::value_t::number_integer: return Value::integer(j.template get<int64_t>());
+    case Json::value_t::boolean:
+      return Value::boolean(j.template get<bool>());
+    case Json::value_t::number_integer:
+      return Value::integer(j.template get<int64_t>());
     case Json::value_t::number_unsigned: {
       const auto u = j.template get<uint64_t>();
       return u > static_cast<uint64_t>(INT64_MAX) ? Value::number(static_cast<double>(u))
-                                                   : Value::integer(static_cast<int64_t>(u));
+                                                  : Value::integer(static_cast<int64_t>(u));
     }
-    case Json::value_t::number_float: return Value::number(j.template get<double>());
-    case Json::value_t::string: return Value::string(j.template get<std::string>());
+    case Json::value_t::number_float:
+      return Value::number(j.template get<double>());
+    case Json::value_t::string:
+      return Value::string(j.template get<std::string>());
     case Json::value_t::array: {
       ValueList items;
       for (const auto& x : j) items.push_back(from_json(x));
@@ -64,10 +68,12 @@ Value from_json(const Json& j) {
     }
     case Json::value_t::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.entries.emplace_back(Value::string(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.entries.emplace_back(Value::string(it.key()), from_json(it.value()));
       return Value::dict(std::move(d));
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
@@ -75,15 +81,18 @@ Value from_json(const Json& j) {
 // from them; not names, calls, or filters that need the render context).
 bool is_constant(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::kLiteral: return true;
+    case ExprKind::kLiteral:
+      return true;
     case ExprKind::kName:
-    case ExprKind::kCall: return false;
+    case ExprKind::kCall:
+      return false;
     case ExprKind::kFilter:
       if (!e.kids[0] || e.name == "map" || e.name == "select" || e.name == "reject" || e.name == "selectattr" ||
           e.name == "rejectattr")
         return false;
       break;
-    default: break;
+    default:
+      break;
   }
   for (const auto& k : e.kids)
     if (k && !is_constant(*k)) return false;
@@ -135,14 +144,21 @@ class Interp {
 
   Flow exec_unchecked(const Stmt& s, const ScopePtr& scope, std::string& out) {
     switch (s.kind) {
-      case StmtKind::kText: out += s.text; return Flow::kNormal;
-      case StmtKind::kOutput: out += to_str(eval(*s.expr, scope)); return Flow::kNormal;
+      case StmtKind::kText:
+        out += s.text;
+        return Flow::kNormal;
+      case StmtKind::kOutput:
+        out += to_str(eval(*s.expr, scope));
+        return Flow::kNormal;
       case StmtKind::kIf:
         for (size_t i = 0; i < s.conds.size(); ++i)
           if (truthy(eval(*s.conds[i], scope))) return exec_body(s.bodies[i], scope, out);
         return s.bodies.size() > s.conds.size() ? exec_body(s.bodies.back(), scope, out) : Flow::kNormal;
-      case StmtKind::kFor: return exec_for(s, scope, out);
-      case StmtKind::kSet: assign(*s.target, eval(*s.expr, scope), scope); return Flow::kNormal;
+      case StmtKind::kFor:
+        return exec_for(s, scope, out);
+      case StmtKind::kSet:
+        assign(*s.target, eval(*s.expr, scope), scope);
+        return Flow::kNormal;
       case StmtKind::kSetBlock: {
         std::string captured;
         const Flow f = exec_body(s.body, scope, captured);
@@ -150,9 +166,13 @@ class Interp {
         assign(*s.target, apply_chain(s.expr.get(), Value::string(std::move(captured)), scope), scope);
         return Flow::kNormal;
       }
-      case StmtKind::kMacro: scope->set(s.text, make_macro(s, scope)); return Flow::kNormal;
-      case StmtKind::kBreak: return Flow::kBreak;
-      case StmtKind::kContinue: return Flow::kContinue;
+      case StmtKind::kMacro:
+        scope->set(s.text, make_macro(s, scope));
+        return Flow::kNormal;
+      case StmtKind::kBreak:
+        return Flow::kBreak;
+      case StmtKind::kContinue:
+        return Flow::kContinue;
       case StmtKind::kScope: {
         ScopePtr inner = child_of(scope);
         for (const auto& set : s.sets) assign(*set->target, eval(*set->expr, scope), inner);
@@ -242,7 +262,8 @@ class Interp {
       if (!ns || ns->kind() != Value::Kind::kNamespace)
         throw JinjaError("cannot assign attribute on non-namespace object ('" + ns_name + "')");
       ns->ns_ref().set(Value::string(target.name), value);
-      if (std::none_of(namespaces_.begin(), namespaces_.end(), [&](const Value& v) { return v.identity() == ns->identity(); }))
+      if (std::none_of(namespaces_.begin(), namespaces_.end(),
+                       [&](const Value& v) { return v.identity() == ns->identity(); }))
         namespaces_.push_back(*ns);
     }
   }
@@ -269,7 +290,8 @@ class Interp {
       // would then print; we do not imitate that.
       for (const Scope* s = defined_in.get(); s; s = s->parent.get())
         if (s->iteration_over)
-          throw JinjaError("unsupported: calling macro '" + macro->text + "' after the loop iteration it was defined in");
+          throw JinjaError("unsupported: calling macro '" + macro->text +
+                           "' after the loop iteration it was defined in");
       const size_t n = macro->params.size();
       if (args.pos.size() > n)
         throw JinjaError("macro '" + macro->text + "' takes not more than " + std::to_string(n) + " argument(s)");
@@ -286,9 +308,9 @@ class Interp {
       }
       for (size_t i = 0; i < n; ++i) {
         if (bound[i]) continue;
-        scope->set(macro->params[i], macro->defaults[i] ? self->eval(*macro->defaults[i], scope)
-                                                        : Value::undefined("parameter '" + macro->params[i] +
-                                                                           "' was not provided"));
+        scope->set(macro->params[i], macro->defaults[i]
+                                         ? self->eval(*macro->defaults[i], scope)
+                                         : Value::undefined("parameter '" + macro->params[i] + "' was not provided"));
       }
       struct DepthGuard {
         int& depth;
@@ -319,12 +341,14 @@ class Interp {
 
   Value eval_unchecked(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
-      case ExprKind::kLiteral: return e.value;
+      case ExprKind::kLiteral:
+        return e.value;
       case ExprKind::kName: {
         if (const Value* v = scope->find(e.name)) return *v;
         return lookup_global(e.name);
       }
-      case ExprKind::kGetAttr: return get_attr(eval(*e.kids[0], scope), e.name);
+      case ExprKind::kGetAttr:
+        return get_attr(eval(*e.kids[0], scope), e.name);
       case ExprKind::kGetItem: {
         const Value obj = eval(*e.kids[0], scope);
         const Expr& key = *e.kids[1];
@@ -332,7 +356,8 @@ class Interp {
         auto part = [&](size_t i) { return key.kids[i] ? eval(*key.kids[i], scope) : Value::none(); };
         return slice(obj, part(0), part(1), part(2));
       }
-      case ExprKind::kSlice: throw JinjaError("a slice is only allowed inside []");
+      case ExprKind::kSlice:
+        throw JinjaError("a slice is only allowed inside []");
       case ExprKind::kCall: {
         const Value fn = eval(*e.kids[0], scope);
         Args args = eval_args(e, 1, scope);
@@ -377,7 +402,8 @@ class Interp {
         Value a = eval(*e.kids[0], scope);
         return truthy(a) ? a : eval(*e.kids[1], scope);
       }
-      case ExprKind::kCompare: return Value::boolean(eval_compare(e, scope));
+      case ExprKind::kCompare:
+        return Value::boolean(eval_compare(e, scope));
       case ExprKind::kCond:
         if (truthy(eval(*e.kids[0], scope))) return eval(*e.kids[1], scope);
         if (e.kids[2]) return eval(*e.kids[2], scope);

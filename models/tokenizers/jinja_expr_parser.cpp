@@ -9,7 +9,6 @@ class ExprParser {
  public:
   explicit ExprParser(TokenCursor& c) : c_(c) {}
 
-
   // jinja2 (3.1.2) passes its extra end rules ('in' after a for target) in a way that never
   // matches, so `{% for a, in x %}` takes `in` as a second name; we do the same.
   bool is_tuple_end() const {
@@ -106,9 +105,8 @@ class ExprParser {
     auto e = make_expr(ExprKind::kCompare, line);
     e->kids.push_back(std::move(first));
     while (true) {
-      if (cur().kind == TokenKind::kOp &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" ||
-           cur().text == ">=")) {
+      if (cur().kind == TokenKind::kOp && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                           cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         e->ops.push_back(cur().text);
         next();
       } else if (is_name("in")) {

@@ -285,13 +285,14 @@ class Lexer {
       base = prefix == 'b' ? 2 : prefix == 'o' ? 8 : 16;
       p = pos_ + 2;
       if (p < src_.size() && src_[p] == '_') ++p;
-      auto ok = base == 2 ? +[](char c) { return c == '0' || c == '1'; }
+      auto ok = base == 2   ? +[](char c) { return c == '0' || c == '1'; }
                 : base == 8 ? +[](char c) { return c >= '0' && c <= '7'; }
                             : +[](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
       p = digits_end(p, ok);
       if (p == std::string::npos) p = pos_ + 1, base = 10;  // a lone "0"
     } else if (src_[pos_] == '0') {
-      p = digits_end(pos_, +[](char c) { return c == '0'; });
+      p = digits_end(
+          pos_, +[](char c) { return c == '0'; });
     } else {
       p = digits_end(pos_, is_digit);
     }
@@ -336,23 +337,45 @@ class Lexer {
       }
       const char c = s[++i];
       switch (c) {
-        case '\n': break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
+        case '\n':
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {
           const size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
           const std::string hex = s.substr(i + 1, n);
-          if (hex.size() != n || !std::all_of(hex.begin(), hex.end(), [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); }))
+          if (hex.size() != n ||
+              !std::all_of(hex.begin(), hex.end(), [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); }))
             fail("truncated \\" + std::string(1, c) + " escape in a string literal");
           const unsigned long cp = std::strtoul(hex.c_str(), nullptr, 16);
           if (cp > 0x10FFFF) fail("illegal Unicode character in a string literal");
@@ -360,11 +383,13 @@ class Lexer {
           i += n;
           break;
         }
-        case 'N': fail("unsupported: \\N{...} escapes in string literals");
+        case 'N':
+          fail("unsupported: \\N{...} escapes in string literals");
         default:
           if (c >= '0' && c <= '7') {
             unsigned cp = c - '0';
-            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) cp = cp * 8 + (s[++i] - '0');
+            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+              cp = cp * 8 + (s[++i] - '0');
             out += encode(std::u32string(1, static_cast<char32_t>(cp)));
           } else if (static_cast<unsigned char>(c) >= 0x80) {
             // jinja2 first turns non-ASCII into backslashreplace escapes, so "\é" reads as the

@@ -14,16 +14,16 @@ namespace {
 // Every method CPython has on these types: a name from here that we do not implement is an
 // unsupported construct (an error), while any other name is just a missing attribute (Undefined).
 const std::set<std::string> kStrMethods = {
-    "capitalize", "casefold",  "center",   "count",      "encode",       "endswith",     "expandtabs", "find",
-    "format",     "format_map", "index",   "isalnum",    "isalpha",      "isascii",      "isdecimal",  "isdigit",
-    "isidentifier", "islower", "isnumeric", "isprintable", "isspace",    "istitle",      "isupper",    "join",
-    "ljust",      "lower",     "lstrip",   "maketrans",  "partition",    "removeprefix", "removesuffix", "replace",
-    "rfind",      "rindex",    "rjust",    "rpartition", "rsplit",       "rstrip",       "split",      "splitlines",
-    "startswith", "strip",     "swapcase", "title",      "translate",    "upper",        "zfill"};
-const std::set<std::string> kDictMethods = {"clear", "copy",  "fromkeys",   "get",    "items",
-                                            "keys",  "pop",   "popitem",    "setdefault", "update", "values"};
-const std::set<std::string> kListMethods = {"append", "clear", "copy",    "count", "extend", "index",
-                                            "insert", "pop",   "remove",  "reverse", "sort"};
+    "capitalize",   "casefold",   "center",    "count",       "encode",    "endswith",     "expandtabs",   "find",
+    "format",       "format_map", "index",     "isalnum",     "isalpha",   "isascii",      "isdecimal",    "isdigit",
+    "isidentifier", "islower",    "isnumeric", "isprintable", "isspace",   "istitle",      "isupper",      "join",
+    "ljust",        "lower",      "lstrip",    "maketrans",   "partition", "removeprefix", "removesuffix", "replace",
+    "rfind",        "rindex",     "rjust",     "rpartition",  "rsplit",    "rstrip",       "split",        "splitlines",
+    "startswith",   "strip",      "swapcase",  "title",       "translate", "upper",        "zfill"};
+const std::set<std::string> kDictMethods = {"clear", "copy",    "fromkeys",   "get",    "items", "keys",
+                                            "pop",   "popitem", "setdefault", "update", "values"};
+const std::set<std::string> kListMethods = {"append", "clear", "copy",   "count",   "extend", "index",
+                                            "insert", "pop",   "remove", "reverse", "sort"};
 
 const std::string& want_str(const Value* v, const std::string& what) {
   if (!v->is_string()) throw JinjaError(what + " must be str, not " + type_name(*v));
@@ -103,7 +103,8 @@ Value str_method(const std::string& self, const std::string& name, Args& args) {
   if (name == "replace") {
     Params p(what, args, {"old", "new", "count"}, 2);
     const int64_t count = p.get(2) ? want_int(p.get(2), "count") : -1;
-    return Value::string(encode(py_replace(s, decode(want_str(&p.at(0), "old")), decode(want_str(&p.at(1), "new")), count)));
+    return Value::string(
+        encode(py_replace(s, decode(want_str(&p.at(0), "old")), decode(want_str(&p.at(1), "new")), count)));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
     Params p(what, args, {"sub", "start", "end"}, 1);
@@ -169,8 +170,7 @@ Value dict_method(const Value& self, const std::string& name, Args& args) {
   if (name == "items" || name == "keys" || name == "values") {
     Params p(what, args, {});
     ValueList out;
-    for (const auto& [k, v] : d.entries)
-      out.push_back(name == "items" ? Value::tuple({k, v}) : name == "keys" ? k : v);
+    for (const auto& [k, v] : d.entries) out.push_back(name == "items" ? Value::tuple({k, v}) : name == "keys" ? k : v);
     return Value::view(name == "items" ? "dict_items" : name == "keys" ? "dict_keys" : "dict_values", std::move(out));
   }
   if (name == "get") {
@@ -234,7 +234,9 @@ Value dict_from_args(Args& args, const char* what) {
     } else {
       for (const Value& pair : iterate(src)) {
         const ValueList kv = iterate(pair);
-        if (kv.size() != 2) throw JinjaError("dictionary update sequence element has length " + std::to_string(kv.size()) + "; 2 is required");
+        if (kv.size() != 2)
+          throw JinjaError("dictionary update sequence element has length " + std::to_string(kv.size()) +
+                           "; 2 is required");
         d.set(kv[0], kv[1]);
       }
     }

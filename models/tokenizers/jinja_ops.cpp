@@ -50,7 +50,8 @@ int64_t mul(int64_t a, int64_t b) {
 }
 
 Value repeat(const Value& seq, int64_t times) {
-  if (times <= 0) return seq.is_string() ? Value::string("") : seq.kind() == Value::Kind::kTuple ? Value::tuple({}) : Value::list({});
+  if (times <= 0)
+    return seq.is_string() ? Value::string("") : seq.kind() == Value::Kind::kTuple ? Value::tuple({}) : Value::list({});
   const size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
   if (unit != 0 && static_cast<uint64_t>(times) > kMaxValueSize / unit) throw JinjaError("repeated sequence too large");
   if (seq.is_string()) {
@@ -89,7 +90,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     int precision = -1;
     if (conv == '.') {  // "%.2f", or "%.f" for precision 0
       precision = 0;
-      while (i + 1 < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i + 1]))) precision = precision * 10 + (fmt[++i] - '0');
+      while (i + 1 < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i + 1])))
+        precision = precision * 10 + (fmt[++i] - '0');
       conv = i + 1 < fmt.size() ? fmt[++i] : '\0';
       if (conv != 'f') throw JinjaError("unsupported: printf-style '%' formatting with this precision");
     }
@@ -114,7 +116,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       out += buf;
     } else {
       const double d = v.as_double();
-      if (!v.is_int() && (std::isnan(d) || std::isinf(d) || std::fabs(d) >= 9.2e18)) throw JinjaError("cannot convert float to integer");
+      if (!v.is_int() && (std::isnan(d) || std::isinf(d) || std::fabs(d) >= 9.2e18))
+        throw JinjaError("cannot convert float to integer");
       out += std::to_string(v.is_int() ? v.as_int() : static_cast<int64_t>(d));
     }
   }
@@ -142,7 +145,8 @@ Value apply_binary(const std::string& op, const Value& a, const Value& b) {
     if (a.is_string() && b.is_string()) {
       if (!a.is_markup() && !b.is_markup()) return Value::string(a.str() + b.str());
       // Markup + str escapes the str (and str + Markup too, through Markup.__radd__).
-      return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) + (b.is_markup() ? b.str() : html_escape(b.str())));
+      return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
+                           (b.is_markup() ? b.str() : html_escape(b.str())));
     }
     if (a.is_plain_sequence() && b.is_plain_sequence() && a.kind() == b.kind()) {
       ValueList items = a.items();
@@ -168,7 +172,8 @@ Value apply_binary(const std::string& op, const Value& a, const Value& b) {
   if (op == "/" || op == "//" || op == "%") {
     if (a.is_string() && op == "%") return Value::string(percent_format(a.str(), b));
     if (!nums) type_error(op.c_str(), a, b);
-    if (b.as_double() == 0) throw JinjaError(ints && op != "/" ? "integer division or modulo by zero" : "division by zero");
+    if (b.as_double() == 0)
+      throw JinjaError(ints && op != "/" ? "integer division or modulo by zero" : "division by zero");
     if (op == "/") return Value::number(a.as_double() / b.as_double());
     if (ints) {
       const int64_t x = a.as_int(), y = b.as_int();
@@ -211,13 +216,27 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   for (char32_t cp : decode(s)) {
     switch (cp) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (cp < 0x20) {
           out += "\\u" + hex(cp, 4);
@@ -243,23 +262,40 @@ std::string json_float(double f) {
 std::string json_key(const Value& k, bool ensure_ascii) {
   std::string out;
   switch (k.kind()) {
-    case Value::Kind::kString: json_string(out, k.str(), ensure_ascii); return out;
-    case Value::Kind::kBool: return k.as_bool() ? "\"true\"" : "\"false\"";
-    case Value::Kind::kInt: return "\"" + std::to_string(k.as_int()) + "\"";
-    case Value::Kind::kFloat: return "\"" + json_float(k.as_double()) + "\"";
-    case Value::Kind::kNone: return "\"null\"";
-    default: throw JinjaError("keys must be str, int, float, bool or None, not " + type_name(k));
+    case Value::Kind::kString:
+      json_string(out, k.str(), ensure_ascii);
+      return out;
+    case Value::Kind::kBool:
+      return k.as_bool() ? "\"true\"" : "\"false\"";
+    case Value::Kind::kInt:
+      return "\"" + std::to_string(k.as_int()) + "\"";
+    case Value::Kind::kFloat:
+      return "\"" + json_float(k.as_double()) + "\"";
+    case Value::Kind::kNone:
+      return "\"null\"";
+    default:
+      throw JinjaError("keys must be str, int, float, bool or None, not " + type_name(k));
   }
 }
 
 void json_value(std::string& out, const Value& v, const JsonOptions& o, int level) {
   if (level > kMaxJsonNesting) throw JinjaError("Circular reference detected");
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
-    case Value::Kind::kFloat: out += json_float(v.as_double()); return;
-    case Value::Kind::kString: json_string(out, v.str(), o.ensure_ascii); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      out += json_float(v.as_double());
+      return;
+    case Value::Kind::kString:
+      json_string(out, v.str(), o.ensure_ascii);
+      return;
     case Value::Kind::kList:
       if (!v.str().empty()) {
         const std::string type = v.str().substr(0, v.str().find('('));
@@ -267,8 +303,10 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int leve
       }
       break;
     case Value::Kind::kTuple:
-    case Value::Kind::kDict: break;
-    default: throw JinjaError("Object of type " + type_name(v) + " is not JSON serializable");
+    case Value::Kind::kDict:
+      break;
+    default:
+      throw JinjaError("Object of type " + type_name(v) + " is not JSON serializable");
   }
   const bool is_dict = v.kind() == Value::Kind::kDict;
   const size_t n = is_dict ? v.dict_ref().entries.size() : v.items().size();
@@ -314,12 +352,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -7,8 +7,8 @@
 namespace tandem::models::jinja {
 namespace {
 
-const std::set<std::string> kUnsupportedTags = {"include", "import", "from",   "extends", "block",
-                                                "call",    "do",     "print",  "autoescape", "trans"};
+const std::set<std::string> kUnsupportedTags = {"include", "import", "from",  "extends",    "block",
+                                                "call",    "do",     "print", "autoescape", "trans"};
 
 class Parser : public TokenCursor {
  public:
@@ -241,7 +241,9 @@ class Parser : public TokenCursor {
     for (const auto& s : body) {
       switch (s->kind) {
         case StmtKind::kOutput:
-        case StmtKind::kSet: check_names(*s->expr, soft); break;
+        case StmtKind::kSet:
+          check_names(*s->expr, soft);
+          break;
         case StmtKind::kIf:
           for (const auto& c : s->conds) check_names(*c, true);
           for (const auto& b : s->bodies) check_names(b, true);
@@ -266,7 +268,8 @@ class Parser : public TokenCursor {
           for (const auto& set : s->sets) check_names(*set->expr, soft);
           check_names(s->body, false);
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }

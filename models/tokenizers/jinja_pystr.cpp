@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cwctype>
 
-
 namespace tandem::models::jinja {
 
 namespace {
@@ -121,8 +120,7 @@ std::string encode(const std::u32string& s) {
 
 bool is_py_space(char32_t cp) {
   return (cp >= 0x9 && cp <= 0xD) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 size_t skip_py_space(const std::string& s, size_t pos) {

@@ -40,7 +40,7 @@ std::u32string py_lower(const std::u32string& s);
 std::u32string py_title(const std::u32string& s);       // str.title()
 std::u32string py_capitalize(const std::u32string& s);  // str.capitalize()
 std::u32string py_swapcase(const std::u32string& s);
-std::u32string jinja_title(const std::u32string& s);    // jinja2's `title` filter (words split at -\s({[<)
+std::u32string jinja_title(const std::u32string& s);  // jinja2's `title` filter (words split at -\s({[<)
 // isdigit / isalpha / isalnum / isspace / isupper / islower.
 bool py_is(const std::u32string& s, const std::string& predicate);
 

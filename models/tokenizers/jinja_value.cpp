@@ -167,11 +167,11 @@ namespace {
 // Assigned code points that Python's str.isprintable() rejects (Unicode 14, CPython 3.11);
 // repr() escapes them. Unassigned code points are printed as they are.
 constexpr char32_t kNonPrintable[][2] = {
-    {0x0, 0x1f},        {0x7f, 0xa0},       {0xad, 0xad},       {0x600, 0x605},     {0x61c, 0x61c},
-    {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},     {0x8e2, 0x8e2},     {0x1680, 0x1680},
-    {0x180e, 0x180e},   {0x2000, 0x200f},   {0x2028, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},
-    {0x3000, 0x3000},   {0xd800, 0xf8ff},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd},
-    {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a}, {0xe0001, 0xe0001},
+    {0x0, 0x1f},        {0x7f, 0xa0},       {0xad, 0xad},        {0x600, 0x605},     {0x61c, 0x61c},
+    {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},      {0x8e2, 0x8e2},     {0x1680, 0x1680},
+    {0x180e, 0x180e},   {0x2000, 0x200f},   {0x2028, 0x202f},    {0x205f, 0x2064},   {0x2066, 0x206f},
+    {0x3000, 0x3000},   {0xd800, 0xf8ff},   {0xfeff, 0xfeff},    {0xfff9, 0xfffb},   {0x110bd, 0x110bd},
+    {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3},  {0x1d173, 0x1d17a}, {0xe0001, 0xe0001},
     {0xe0020, 0xe007f}, {0xf0000, 0xffffd}, {0x100000, 0x10fffd}};
 
 bool printable(char32_t cp) {
@@ -262,18 +262,30 @@ std::string format_float(double f) {
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "NoneType";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return "list";
-    case Value::Kind::kTuple: return "tuple";
-    case Value::Kind::kDict: return "dict";
-    case Value::Kind::kNamespace: return "Namespace";
-    case Value::Kind::kCallable: return "function";
-    case Value::Kind::kIterator: return v.str();
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kList:
+      return "list";
+    case Value::Kind::kTuple:
+      return "tuple";
+    case Value::Kind::kDict:
+      return "dict";
+    case Value::Kind::kNamespace:
+      return "Namespace";
+    case Value::Kind::kCallable:
+      return "function";
+    case Value::Kind::kIterator:
+      return v.str();
   }
   return "object";
 }
@@ -281,30 +293,40 @@ std::string type_name(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
+    case Value::Kind::kNone:
+      return false;
     case Value::Kind::kBool:
-    case Value::Kind::kInt: return v.as_int() != 0;
-    case Value::Kind::kFloat: return v.as_double() != 0.0;
-    case Value::Kind::kString: return !v.str().empty();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_double() != 0.0;
+    case Value::Kind::kString:
+      return !v.str().empty();
     case Value::Kind::kList:
-    case Value::Kind::kTuple: return !v.items().empty();
-    case Value::Kind::kDict: return !v.dict_ref().entries.empty();
+    case Value::Kind::kTuple:
+      return !v.items().empty();
+    case Value::Kind::kDict:
+      return !v.dict_ref().entries.empty();
     case Value::Kind::kNamespace:
     case Value::Kind::kCallable:
-    case Value::Kind::kIterator: return true;
+    case Value::Kind::kIterator:
+      return true;
   }
   return false;
 }
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kString: return v.str();
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kString:
+      return v.str();
     case Value::Kind::kCallable:
     case Value::Kind::kIterator:
       // CPython prints an address here ("<generator object ... at 0x7f...>"): no stable text.
       throw JinjaError("unsupported: printing a " + type_name(v) + " object");
-    default: return repr(v);
+    default:
+      return repr(v);
   }
 }
 
@@ -322,17 +344,24 @@ std::string repr(const Value& v) {
     ~Nest() { --depth; }
   } nest;
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.as_bool() ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(v.as_int());
-    case Value::Kind::kFloat: return format_float(v.as_double());
-    case Value::Kind::kString: return v.is_markup() ? "Markup(" + repr_string(v.str()) + ")" : repr_string(v.str());
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.as_int());
+    case Value::Kind::kFloat:
+      return format_float(v.as_double());
+    case Value::Kind::kString:
+      return v.is_markup() ? "Markup(" + repr_string(v.str()) + ")" : repr_string(v.str());
     case Value::Kind::kList:
       if (v.str().rfind("range(", 0) == 0) return v.str();
       if (!v.str().empty()) return v.str() + "([" + join_repr(v.items()) + "])";
       return "[" + join_repr(v.items()) + "]";
-    case Value::Kind::kTuple: return "(" + join_repr(v.items()) + (v.items().size() == 1 ? ",)" : ")");
+    case Value::Kind::kTuple:
+      return "(" + join_repr(v.items()) + (v.items().size() == 1 ? ",)" : ")");
     case Value::Kind::kDict: {
       std::string out = "{";
       bool first = true;
@@ -347,7 +376,8 @@ std::string repr(const Value& v) {
       Value as_dict = Value::dict(v.dict_ref());
       return "<Namespace " + repr(as_dict) + ">";
     }
-    default: return to_str(v);  // throws for callables and iterators
+    default:
+      return to_str(v);  // throws for callables and iterators
   }
 }
 
@@ -365,8 +395,10 @@ bool equals(const Value& a, const Value& b) {
   if (a.is_sequence() && a.str().substr(0, 5) != b.str().substr(0, 5)) return false;
   switch (a.kind()) {
     case K::kUndefined:
-    case K::kNone: return true;
-    case K::kString: return a.str() == b.str();
+    case K::kNone:
+      return true;
+    case K::kString:
+      return a.str() == b.str();
     case K::kList:
     case K::kTuple: {
       const auto &x = a.items(), &y = b.items();
@@ -385,7 +417,8 @@ bool equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.identity() == b.identity();
+    default:
+      return a.identity() == b.identity();
   }
 }
 
@@ -411,10 +444,10 @@ int compare(const Value& a, const Value& b, const char* op) {
 
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kString:
-      if (!item.is_string())
-        throw JinjaError("'in <string>' requires string as left operand, not " + type_name(item));
+      if (!item.is_string()) throw JinjaError("'in <string>' requires string as left operand, not " + type_name(item));
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::kList:
     case Value::Kind::kTuple:
@@ -422,7 +455,8 @@ bool contains(const Value& container, const Value& item) {
         if (equals(x, item)) return true;
       return false;
     case Value::Kind::kDict:
-      if (item.kind() == Value::Kind::kList || item.is_mapping()) throw JinjaError("unhashable type: '" + type_name(item) + "'");
+      if (item.kind() == Value::Kind::kList || item.is_mapping())
+        throw JinjaError("unhashable type: '" + type_name(item) + "'");
       return container.dict_ref().find(item) != nullptr;
     case Value::Kind::kIterator: {
       // `in` consumes a generator up to and including the item it finds.
@@ -433,20 +467,23 @@ bool contains(const Value& container, const Value& item) {
         if (equals(items[pos++], item)) return true;
       return false;
     }
-    default: throw JinjaError("argument of type '" + type_name(container) + "' is not iterable");
+    default:
+      throw JinjaError("argument of type '" + type_name(container) + "' is not iterable");
   }
 }
 
 ValueList iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
+    case Value::Kind::kUndefined:
+      return {};
     case Value::Kind::kString: {
       ValueList out;
       for (char32_t cp : decode(v.str())) out.push_back(Value::string(encode(std::u32string(1, cp))));
       return out;
     }
     case Value::Kind::kList:
-    case Value::Kind::kTuple: return v.items();
+    case Value::Kind::kTuple:
+      return v.items();
     case Value::Kind::kDict: {
       ValueList out;
       for (const auto& kv : v.dict_ref().entries) out.push_back(kv.first);
@@ -458,7 +495,8 @@ ValueList iterate(const Value& v) {
       *v.cursor_ = v.items().size();
       return ValueList(v.items().begin() + from, v.items().end());
     }
-    default: throw JinjaError("'" + type_name(v) + "' object is not iterable");
+    default:
+      throw JinjaError("'" + type_name(v) + "' object is not iterable");
   }
 }
 
@@ -474,12 +512,17 @@ Value next_item(const Value& v) {
 
 int64_t length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return is_ascii(v.str()) ? v.str().size() : decode(v.str()).size();
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return is_ascii(v.str()) ? v.str().size() : decode(v.str()).size();
     case Value::Kind::kList:
-    case Value::Kind::kTuple: return v.items().size();
-    case Value::Kind::kDict: return v.dict_ref().entries.size();
-    default: throw JinjaError("object of type '" + type_name(v) + "' has no len()");
+    case Value::Kind::kTuple:
+      return v.items().size();
+    case Value::Kind::kDict:
+      return v.dict_ref().entries.size();
+    default:
+      throw JinjaError("object of type '" + type_name(v) + "' has no len()");
   }
 }
 

@@ -38,7 +38,17 @@ struct Callable {
 class Value {
  public:
   enum class Kind : uint8_t {
-    kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kNamespace, kCallable,
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kDict,
+    kNamespace,
+    kCallable,
     kIterator,  // a one-shot generator, what select / map / unique / items / reverse return
   };
 
@@ -82,9 +92,9 @@ class Value {
   const std::string& str() const { return str_; }  // the string, an Undefined's hint, a view's or iterator's type
   const ValueList& items() const { return *list_; }
   const Dict& dict_ref() const { return *dict_; }
-  Dict& ns_ref() const { return *dict_; }                      // namespaces are shared and mutable
+  Dict& ns_ref() const { return *dict_; }  // namespaces are shared and mutable
   const Callable& fn() const { return *fn_; }
-  const void* identity() const;                                // for `is sameas` on containers
+  const void* identity() const;  // for `is sameas` on containers
 
  private:
   Kind kind_ = Kind::kUndefined;
@@ -149,6 +159,6 @@ struct JsonOptions {
   bool sort_keys = false;
 };
 std::string to_json(const Value& v, const JsonOptions& options);  // Python's json.dumps
-std::string html_escape(const std::string& s);                      // markupsafe's escape()
+std::string html_escape(const std::string& s);                    // markupsafe's escape()
 
 }  // namespace tandem::models::jinja

@@ -20,8 +20,8 @@ void require_positive(const char* field, int64_t v) {
   require(v > 0, field, "must be positive, got " + std::to_string(v));
 }
 
-const char* const kIntFields[] = {"vocab_size", "hidden_size",  "num_layers", "num_heads", "intermediate_size",
-                                  "max_text_len", "image_size", "channels", "patch_size"};
+const char* const kIntFields[] = {"vocab_size",   "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                                  "max_text_len", "image_size",  "channels",   "patch_size"};
 const char* const kFloatFields[] = {"rope_theta", "rms_eps"};
 
 int64_t* int_field(UnifiedConfig& c, const std::string& key) {
@@ -60,19 +60,12 @@ void UnifiedConfig::validate() const {
 }
 
 nlohmann::json to_json(const UnifiedConfig& c, torch::ScalarType dtype) {
-  return {{"model_type", kUnifiedModelType},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.hidden_size},
-          {"num_layers", c.num_layers},
-          {"num_heads", c.num_heads},
-          {"intermediate_size", c.intermediate_size},
-          {"max_text_len", c.max_text_len},
-          {"rope_theta", c.rope_theta},
-          {"rms_eps", c.rms_eps},
-          {"image_size", c.image_size},
-          {"channels", c.channels},
-          {"patch_size", c.patch_size},
-          {"torch_dtype", hf_dtype_name(dtype)}};
+  return {
+      {"model_type", kUnifiedModelType},    {"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+      {"num_layers", c.num_layers},         {"num_heads", c.num_heads},   {"intermediate_size", c.intermediate_size},
+      {"max_text_len", c.max_text_len},     {"rope_theta", c.rope_theta}, {"rms_eps", c.rms_eps},
+      {"image_size", c.image_size},         {"channels", c.channels},     {"patch_size", c.patch_size},
+      {"torch_dtype", hf_dtype_name(dtype)}};
 }
 
 UnifiedConfig unified_config_from_json(const nlohmann::json& j, const std::string& source) {

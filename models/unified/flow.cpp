@@ -19,7 +19,8 @@ UnifiedFlow::UnifiedFlow(UnifiedModel model, std::vector<std::vector<int64_t>> p
       throw UserError(who + std::to_string(p.size()) + " tokens exceed the model's max_text_len " +
                       std::to_string(c.max_text_len));
     for (int64_t id : p)
-      if (id < 0 || id >= c.vocab_size) throw UserError(who + "token id " + std::to_string(id) + " outside the vocabulary");
+      if (id < 0 || id >= c.vocab_size)
+        throw UserError(who + "token id " + std::to_string(id) + " outside the vocabulary");
     width_ = std::max<int64_t>(width_, static_cast<int64_t>(p.size()));
   }
 }

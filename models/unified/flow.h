@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/dit/flow_model.h"
+#include "models/layers/flow_model.h"
 #include "models/unified/model.h"
 
 namespace tandem::models {

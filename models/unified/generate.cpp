@@ -45,8 +45,9 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
       }
       const torch::Tensor logits = model.text_logits(ids.to(model.device()), lengths);  // (B, T, V)
       const torch::Tensor at = (lengths - 1).view({b, 1, 1}).expand({b, 1, logits.size(2)}).to(logits.device());
-      const torch::Tensor last = logits.gather(1, at).squeeze(1).to(torch::kCPU).contiguous();  // (B, V), log-prob dtype
-      const torch::Tensor z64 = last.to(torch::kFloat64).contiguous();  // (B, V)
+      const torch::Tensor last =
+          logits.gather(1, at).squeeze(1).to(torch::kCPU).contiguous();  // (B, V), log-prob dtype
+      const torch::Tensor z64 = last.to(torch::kFloat64).contiguous();   // (B, V)
       const torch::Tensor logp_all = torch::log_softmax(last, 1).to(torch::kFloat64).contiguous();  // (B, V)
       const int64_t vocab = last.size(1);
       const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;

@@ -15,8 +15,7 @@ torch::nn::Linear plain_linear(int64_t in, int64_t out) {
 
 }  // namespace
 
-UnifiedAttentionImpl::UnifiedAttentionImpl(const UnifiedConfig& c)
-    : num_heads_(c.num_heads), head_dim_(c.head_dim()) {
+UnifiedAttentionImpl::UnifiedAttentionImpl(const UnifiedConfig& c) : num_heads_(c.num_heads), head_dim_(c.head_dim()) {
   q_proj = register_module("q_proj", plain_linear(c.hidden_size, c.hidden_size));
   k_proj = register_module("k_proj", plain_linear(c.hidden_size, c.hidden_size));
   v_proj = register_module("v_proj", plain_linear(c.hidden_size, c.hidden_size));
@@ -41,7 +40,7 @@ torch::Tensor UnifiedAttentionImpl::forward(const torch::Tensor& x, const Rotary
   const torch::Tensor probs =  // (B, H, T, T)
       torch::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity()), -1)
           .to(x.scalar_type());
-  const torch::Tensor out = torch::matmul(probs, v);      // (B, H, T, d)
+  const torch::Tensor out = torch::matmul(probs, v);          // (B, H, T, d)
   return o_proj(out.transpose(1, 2).reshape({b, t, h * d}));  // (B, T, D)
 }
 

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "models/llama/rms_norm.h"
-#include "models/llama/rotary.h"
+#include "models/layers/rms_norm.h"
+#include "models/layers/rotary.h"
 #include "models/unified/config.h"
 
 namespace tandem::models {

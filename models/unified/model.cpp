@@ -38,15 +38,14 @@ void check_input(const UnifiedInput& in, const UnifiedConfig& c) {
     return;
   }
   const std::vector<int64_t> shape{b, c.channels, c.image_size, c.image_size};
-  require(in.x_t.sizes() == shape, "x_t must be (B, C, H, W) = " + c10::str(c10::IntArrayRef(shape)) + ", got " +
-                                       c10::str(in.x_t.sizes()));
+  require(in.x_t.sizes() == shape,
+          "x_t must be (B, C, H, W) = " + c10::str(c10::IntArrayRef(shape)) + ", got " + c10::str(in.x_t.sizes()));
   require(in.sigma.dim() == 1 && in.sigma.size(0) == b, "sigma must be (B) with B = " + std::to_string(b));
 }
 
 }  // namespace
 
-UnifiedModelImpl::UnifiedModelImpl(const UnifiedConfig& config, std::optional<uint64_t> init_seed)
-    : config_(config) {
+UnifiedModelImpl::UnifiedModelImpl(const UnifiedConfig& config, std::optional<uint64_t> init_seed) : config_(config) {
   config_.validate();
   const int64_t d = config_.hidden_size;
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config_.vocab_size, d));

@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "models/dit/dit_layers.h"
-#include "models/llama/rms_norm.h"
+#include "models/layers/rms_norm.h"
 #include "models/unified/config.h"
 #include "models/unified/layers.h"
 
@@ -50,8 +50,8 @@ class UnifiedModelImpl : public torch::nn::Module {
   torch::Tensor text_logits(const torch::Tensor& input_ids, const torch::Tensor& lengths);
   // Image generation: the velocity of x_t (B, C, H, W) at sigma (B) given the prompts
   // prompt_ids (B, Tp) of prompt_lengths (B) (Tp = 0 or a length 0: unconditional) -> (B, C, H, W).
-  torch::Tensor velocity(const torch::Tensor& prompt_ids, const torch::Tensor& prompt_lengths,
-                         const torch::Tensor& x_t, const torch::Tensor& sigma);
+  torch::Tensor velocity(const torch::Tensor& prompt_ids, const torch::Tensor& prompt_lengths, const torch::Tensor& x_t,
+                         const torch::Tensor& sigma);
   // Both heads in one pass over [text, patches]: what text_logits and velocity run. The text
   // logits equal a text-only forward's (text never sees the image), so one pass can train an LM
   // loss on the prompt and a flow loss on the image together.

@@ -25,7 +25,7 @@ torch::Tensor unified_positions(const torch::Tensor& text_lengths, int64_t text_
   const int64_t b = len.size(0);
   const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(len.device());
   const torch::Tensor text = torch::arange(text_width, idx).unsqueeze(0).expand({b, text_width});  // (B, T_text)
-  const torch::Tensor image = len.unsqueeze(1).expand({b, num_patches});                          // (B, N)
+  const torch::Tensor image = len.unsqueeze(1).expand({b, num_patches});                           // (B, N)
   return torch::cat({text, image}, 1);                                                             // (B, T)
 }
 
@@ -40,7 +40,7 @@ torch::Tensor unified_attention_mask(const torch::Tensor& text_lengths, int64_t 
   const torch::Tensor text_rule = q_text & k_text & (k <= q);     // (1, T, T): causal text, no image keys
   const torch::Tensor image_rule = q_text.logical_not();          // (1, T, 1): a patch sees everything real
   const torch::Tensor allowed = (k_real & (text_rule | image_rule)) | (q == k);  // (B, T, T)
-  return allowed.unsqueeze(1);                                                    // (B, 1, T, T)
+  return allowed.unsqueeze(1);                                                   // (B, 1, T, T)
 }
 
 torch::Tensor patchify(const torch::Tensor& x, int64_t p) {

@@ -1,12 +1,12 @@
 // Catch2 main for the MPI test binary: runs under real mpirun; every rank runs every test case,
 // and a failing rank fails the whole job (non-zero exit from mpirun).
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
-#include "core/blas_kernel.h"
-#include "core/host_memory.h"
+#include "runtime/blas_kernel.h"
+#include "runtime/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::select_blas_kernel(argv);  // the kernels tandem runs on

@@ -5,9 +5,9 @@
 
 #include <random>
 
-#include "core/advantage.h"
-#include "core/exchange.h"
-#include "core/schedule.h"
+#include "core/batch/exchange.h"
+#include "core/batch/schedule.h"
+#include "core/grpo/advantage.h"
 #include "mpi_test_util.h"
 #include "parallel/gradient_reduction.h"
 #include "toy_policy.h"
@@ -50,9 +50,9 @@ struct Geometry {
 };
 
 struct RunResult {
-  std::vector<double> losses;            // per (step, mini)
-  std::vector<torch::Tensor> grads;      // per (step, mini), flattened
-  torch::Tensor params;                  // after the last step, flattened
+  std::vector<double> losses;        // per (step, mini)
+  std::vector<torch::Tensor> grads;  // per (step, mini), flattened
+  torch::Tensor params;              // after the last step, flattened
 };
 
 torch::Tensor flat(const std::vector<torch::Tensor>& ts, bool grads) {
@@ -90,7 +90,8 @@ RunResult run(int dp, const Geometry& g, LossAggMode mode, bool per_micro_denomi
     const std::vector<ArSample> mine = exchange_samples(local, dir, destinations(sched, dir.ids.size()), *comm);
     auto sample_at = [&](int64_t position) {
       const int64_t id = dir.ids[position];
-      auto it = std::lower_bound(mine.begin(), mine.end(), id, [](const ArSample& s, int64_t v) { return s.index < v; });
+      auto it =
+          std::lower_bound(mine.begin(), mine.end(), id, [](const ArSample& s, int64_t v) { return s.index < v; });
       REQUIRE((it != mine.end() && it->index == id));
       return &*it;
     };
@@ -132,11 +133,16 @@ double discrepancy(const RunResult& a, const RunResult& ref) {
 
 constexpr BatchLayout kPacked = BatchLayout::kPacked, kPadded = BatchLayout::kPadded, kAuto = BatchLayout::kAuto;
 const std::vector<Geometry> kGeometries = {
-    {"mbs1", 1, std::nullopt, kPacked},          {"mbs2", 2, std::nullopt, kPacked},
-    {"mbs-all", 1000, std::nullopt, kPacked},    {"budget16", std::nullopt, 16, kPacked},
-    {"mbs1-padded", 1, std::nullopt, kPadded},   {"mbs2-padded", 2, std::nullopt, kPadded},
-    {"mbs-all-padded", 1000, std::nullopt, kPadded}, {"budget16-padded", std::nullopt, 16, kPadded},
-    {"mbs2-auto", 2, std::nullopt, kAuto},       {"budget16-auto", std::nullopt, 16, kAuto},
+    {"mbs1", 1, std::nullopt, kPacked},
+    {"mbs2", 2, std::nullopt, kPacked},
+    {"mbs-all", 1000, std::nullopt, kPacked},
+    {"budget16", std::nullopt, 16, kPacked},
+    {"mbs1-padded", 1, std::nullopt, kPadded},
+    {"mbs2-padded", 2, std::nullopt, kPadded},
+    {"mbs-all-padded", 1000, std::nullopt, kPadded},
+    {"budget16-padded", std::nullopt, 16, kPadded},
+    {"mbs2-auto", 2, std::nullopt, kAuto},
+    {"budget16-auto", std::nullopt, 16, kAuto},
 };
 const std::vector<LossAggMode> kModes = {LossAggMode::kTokenMean, LossAggMode::kSeqMeanTokenMean,
                                          LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenSumNorm};

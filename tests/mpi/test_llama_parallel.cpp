@@ -1,10 +1,10 @@
 // The Llama model under tensor and context parallelism on real ranks: log-probs, entropies,
-// logits, parameter gradients and (with the loss fused into the head) the loss equal the one-rank model (float64, 1e-10 of each reference
-// tensor's largest magnitude); tp ranks' gradients are compared with their slice of the one-rank
+// logits, parameter gradients and (with the loss fused into the head) the loss equal the one-rank model (float64, 1e-10
+// of each reference tensor's largest magnitude); tp ranks' gradients are compared with their slice of the one-rank
 // gradient, cp ranks' gradients after summing over cp. Layouts that do not divide the world
 // size are skipped; the rest run side by side as dp replicas.
-#include <catch2/catch.hpp>
 #include <stdlib.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 
@@ -46,10 +46,10 @@ Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool pa
       return parallel::TokenLossChunk{(logp * gl).sum() + (entropy * ge).sum(), gl, ge};
     };
   }
-  const models::TokenLogProbs r = packed ? model->log_probs(b.packed, b.packed_targets, opts)
-                                         : model->log_probs(b.padded, b.padded_targets, opts);
-  const torch::Tensor loss = fused ? r.loss
-                                   : (r.logp * wl.view(r.logp.sizes())).sum() + (r.entropy * we.view(r.logp.sizes())).sum();
+  const models::TokenLogProbs r =
+      packed ? model->log_probs(b.packed, b.packed_targets, opts) : model->log_probs(b.padded, b.padded_targets, opts);
+  const torch::Tensor loss =
+      fused ? r.loss : (r.logp * wl.view(r.logp.sizes())).sum() + (r.entropy * we.view(r.logp.sizes())).sum();
   loss.backward();
   o.loss = loss.item<double>();
   o.logp = r.logp.detach();

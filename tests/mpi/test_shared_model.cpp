@@ -5,9 +5,9 @@
 // micro size (whose departure from 1 is reported, not asserted: CPU kernels are batch-invariant).
 #include <catch2/catch.hpp>
 
-#include "core/ar_track.h"
-#include "core/config.h"
-#include "core/image_track.h"
+#include "core/config/config.h"
+#include "core/tracks/ar_track.h"
+#include "core/tracks/image_track.h"
 #include "mpi_test_util.h"
 
 using namespace tandem;
@@ -54,7 +54,8 @@ void zero(const std::vector<torch::Tensor>& params) {
 
 }  // namespace
 
-TEST_CASE("shared model: the trunk's gradient is the sum of the AR and image tracks' gradients (float64)", "[mpi][shared]") {
+TEST_CASE("shared model: the trunk's gradient is the sum of the AR and image tracks' gradients (float64)",
+          "[mpi][shared]") {
   const Config config = load_config_from_string(kRecipe, "test", {});
   Comms comms;
   ArTrack ar(config, comms.get(), torch::kCPU, torch::kFloat64);
@@ -95,9 +96,9 @@ TEST_CASE("shared model: the trunk's gradient is the sum of the AR and image tra
     WARN("max relative |g_both - (g_ar + g_image)| " << worst << "; trunk max |g_ar| " << trunk_ar << ", |g_image| "
                                                      << trunk_image << "; image share of g_both " << image_share);
   CHECK(worst <= 1e-12);
-  CHECK(trunk_ar > 0);      // both tracks reach the shared trunk ...
+  CHECK(trunk_ar > 0);  // both tracks reach the shared trunk ...
   CHECK(trunk_image > 0);
-  CHECK(image_share > 1e-6);  // control: dropping the image track's gradient would fail the sum
+  CHECK(image_share > 1e-6);     // control: dropping the image track's gradient would fail the sum
   CHECK(image_in_lm_head == 0);  // ... and each head only its own track's
   CHECK(ar_in_velocity_head == 0);
 }
@@ -128,7 +129,7 @@ TEST_CASE("shared model: image old log-probs at the training micros give ratio 1
   // ratio at exactly 1 (0 in float64 and bfloat16). On GPUs kernels are chosen by shape and it
   // departs; the guard refuses such old log-probs everywhere rather than rely on invariance.
   const double departed = first_ratio_dev({4, true});
-  WARN("dtype " << dtype << ": first ratio's max |ratio - 1| with old log-probs from micros of 4 (training: 2): "
-                << departed);
+  WARN("dtype " << dtype
+                << ": first ratio's max |ratio - 1| with old log-probs from micros of 4 (training: 2): " << departed);
   CHECK_THROWS_WITH(first_ratio_dev({4, false}), Catch::Contains("not in the training micro"));
 }

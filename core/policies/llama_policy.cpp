@@ -1,0 +1,109 @@
+// The adapter only renames fields; the model does the work.
+#include "core/policies/llama_policy.h"
+
+#include <type_traits>
+
+#include "models/llama/weights.h"
+
+namespace tandem {
+
+LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options)
+    : model_(std::move(model)), options_(options) {}
+
+models::PackedInput to_model_input(const PackedBatch& b) {
+  return {b.input_ids, b.position_ids, b.cu_seqlens, b.max_seqlen};
+}
+
+models::PaddedInput to_model_input(const PaddedBatch& b) { return {b.input_ids, b.position_ids, b.attention_mask}; }
+
+namespace {
+// Batches are collated on the host; a CUDA model gets its inputs moved once here.
+template <class Input>
+Input on_device(Input in, const torch::Device& d) {
+  if (d.is_cpu()) return in;
+  in.input_ids = in.input_ids.to(d);
+  in.position_ids = in.position_ids.to(d);
+  if constexpr (std::is_same_v<Input, models::PackedInput>)
+    in.cu_seqlens = in.cu_seqlens.to(d);
+  else
+    in.attention_mask = in.attention_mask.to(d);
+  return in;
+}
+}  // namespace
+
+template <class Batch>
+PolicyModel::Output LlamaPolicy::run(const Batch& batch, bool with_entropy, const parallel::TokenLossFn* loss) {
+  models::LogProbOptions o = options_;
+  o.with_entropy = with_entropy;
+  if (loss != nullptr) o.token_loss = *loss;
+  const torch::Device d = model_->parameters().front().device();
+  const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
+  return {r.logp, r.entropy, r.loss};
+}
+
+PolicyModel::Output LlamaPolicy::forward_packed(const PackedBatch& batch, bool with_entropy) {
+  return run(batch, with_entropy, nullptr);
+}
+
+PolicyModel::Output LlamaPolicy::forward_padded(const PaddedBatch& batch, bool with_entropy) {
+  return run(batch, with_entropy, nullptr);
+}
+
+PolicyModel::Output LlamaPolicy::forward_packed_fused(const PackedBatch& batch, bool with_entropy,
+                                                      const parallel::TokenLossFn& loss) {
+  return run(batch, with_entropy, &loss);
+}
+
+PolicyModel::Output LlamaPolicy::forward_padded_fused(const PaddedBatch& batch, bool with_entropy,
+                                                      const parallel::TokenLossFn& loss) {
+  return run(batch, with_entropy, &loss);
+}
+
+std::vector<torch::Tensor> LlamaPolicy::parameters() { return model_->parameters(); }
+
+std::vector<models::Generation> LlamaPolicy::generate(const std::vector<models::GenerationRequest>& requests,
+                                                      const models::SamplingParams& params) {
+  return models::generate(*model_, requests, params);
+}
+
+void LlamaPolicy::save(const std::string& dir, bool write) { models::save_llama(*model_, dir, write); }
+
+void LlamaPolicy::load(const std::string& dir) { models::load_hf_state(*model_, models::load_hf_weights(dir), dir); }
+
+std::unique_ptr<TextPolicy> LlamaPolicy::frozen_copy() {
+  models::LlamaForCausalLM ref(model_->config(), model_->parallel_context(), std::nullopt);
+  const torch::Tensor any = model_->parameters().front();
+  ref->to(any.scalar_type());
+  ref->to(any.device());
+  torch::NoGradGuard no_grad;
+  const auto src = model_->named_parameters();
+  for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
+  return std::make_unique<LlamaPolicy>(ref, options_);
+}
+
+models::LlamaConfig llama_config(const ArModelConfig& m) {
+  models::LlamaConfig c;
+  c.vocab_size = m.vocab_size;
+  c.hidden_size = m.hidden_size;
+  c.num_layers = m.num_layers;
+  c.num_heads = m.num_heads;
+  c.num_kv_heads = m.num_kv_heads;
+  c.intermediate_size = m.intermediate_size;
+  c.max_seq_len = m.max_seq_len;
+  c.rope_theta = m.rope_theta;
+  c.rms_eps = m.rms_eps;
+  c.tie_embeddings = m.tie_embeddings;
+  c.qkv_bias = m.qkv_bias;
+  if (m.head_dim && (m.num_heads <= 0 || *m.head_dim * m.num_heads != m.hidden_size)) c.explicit_head_dim = *m.head_dim;
+  const RopeScalingConfig& r = m.rope_scaling;
+  c.rope_scaling.kind = r.type == RopeType::kLinear   ? models::RopeScalingKind::kLinear
+                        : r.type == RopeType::kLlama3 ? models::RopeScalingKind::kLlama3
+                                                      : models::RopeScalingKind::kNone;
+  c.rope_scaling.factor = r.factor;
+  c.rope_scaling.low_freq_factor = r.low_freq_factor;
+  c.rope_scaling.high_freq_factor = r.high_freq_factor;
+  c.rope_scaling.original_max_seq_len = r.original_max_seq_len;
+  return c;
+}
+
+}  // namespace tandem

@@ -1,0 +1,50 @@
+// PolicyModel on top of the Llama model: builds the model's input structs from the collated
+// PackedBatch / PaddedBatch and returns per-token log-probs (and entropy) on the batch's axis.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/policies/text_policy.h"
+#include "models/llama/model.h"
+
+namespace tandem {
+
+class LlamaPolicy final : public TextPolicy {
+ public:
+  explicit LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options = {});
+
+  Output forward_packed(const PackedBatch& batch, bool with_entropy) override;  // (N)
+  Output forward_padded(const PaddedBatch& batch, bool with_entropy) override;  // (B, T)
+  bool fuses_token_loss() const override { return options_.chunked; }
+  Output forward_packed_fused(const PackedBatch& batch, bool with_entropy,
+                              const parallel::TokenLossFn& loss) override;  // logp (N) detached, loss ()
+  Output forward_padded_fused(const PaddedBatch& batch, bool with_entropy,
+                              const parallel::TokenLossFn& loss) override;  // logp (B, T) detached, loss ()
+  std::vector<torch::Tensor> parameters() override;
+  std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
+                                           const models::SamplingParams& params) override;
+  void save(const std::string& dir, bool write) override;
+  void load(const std::string& dir) override;
+  std::unique_ptr<TextPolicy> frozen_copy() override;
+  int64_t max_seq_len() const override { return model_->config().max_seq_len; }
+
+  models::LlamaForCausalLM& model() { return model_; }
+
+ private:
+  template <class Batch>
+  Output run(const Batch& batch, bool with_entropy, const parallel::TokenLossFn* loss);
+  models::LlamaForCausalLM model_;
+  models::LogProbOptions options_;
+};
+
+models::PackedInput to_model_input(const PackedBatch& batch);
+models::PaddedInput to_model_input(const PaddedBatch& batch);
+
+// The recipe's tracks.ar.model block as the model's config (hf_dir is the loader's business).
+models::LlamaConfig llama_config(const ArModelConfig& model);
+
+}  // namespace tandem

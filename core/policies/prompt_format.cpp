@@ -1,0 +1,112 @@
+// See prompt_format.h. Rendering follows transformers' apply_chat_template(add_generation_prompt=
+// True, tokenize=True): the rendered text is tokenized without adding special tokens, because a
+// chat template writes BOS itself where the model wants it.
+#include "core/policies/prompt_format.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "models/tokenizers/chat_template.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+
+namespace {
+
+std::string tokenizer_config_of(const std::string& tokenizer_path) {
+  std::error_code ec;
+  const fs::path p = tokenizer_path;
+  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  return (dir / "tokenizer_config.json").string();
+}
+
+// Base models ship a tokenizer_config.json without a chat_template: auto then means raw text.
+bool has_chat_template(const std::string& tokenizer_config) {
+  std::ifstream in(tokenizer_config);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    throw UserError(tokenizer_config + ": not a JSON object (the tokenizer's configuration)");
+  return j.contains("chat_template") && !j.at("chat_template").is_null();
+}
+
+void add_unique(std::vector<int64_t>& ids, int64_t id) {
+  if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+}  // namespace
+
+PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer& tokenizer)
+    : tokenizer_(tokenizer), system_prompt_(o.system_prompt) {
+  std::error_code ec;
+  if (o.chat_template == "auto") {
+    if (o.tokenizer_path) {
+      const std::string config = tokenizer_config_of(*o.tokenizer_path);
+      if (fs::is_regular_file(config, ec) && has_chat_template(config)) {
+        chat_template_ = std::make_unique<models::ChatTemplate>(models::ChatTemplate::from_tokenizer_config(config));
+        template_origin_ = config;
+      }
+    }
+  } else if (o.chat_template != "none") {
+    if (!fs::is_regular_file(o.chat_template, ec))
+      throw UserError(o.origin + ": " + o.chat_template + " is not a template file (use auto, none or a Jinja file)");
+    // The model's special tokens, as the tokenizer spells them, for templates that write them.
+    auto token = [&](std::optional<int64_t> id) { return id ? tokenizer.id_to_token(*id) : std::string(); };
+    chat_template_ = std::make_unique<models::ChatTemplate>(
+        models::ChatTemplate::from_file(o.chat_template, token(tokenizer.bos_id()), token(tokenizer.eos_id())));
+    template_origin_ = o.chat_template;
+    from_file_ = true;
+  }
+  if (system_prompt_ && !chat_template_)
+    throw UserError(o.origin + ": a system prompt (tracks.ar.data.system_prompt) needs a chat template, and " +
+                    (o.chat_template == "none" ? std::string("chat_template is none")
+                                               : "the tokenizer has none (no chat_template in tokenizer_config.json)") +
+                    "; give chat_template a Jinja file or remove system_prompt");
+  if (auto eos = tokenizer.eos_id()) add_unique(stop_ids_, *eos);
+  if (chat_template_ && !chat_template_->eos_token().empty()) {
+    const auto id = tokenizer.token_to_id(chat_template_->eos_token());
+    if (!id)
+      throw UserError(template_origin_ + ": eos_token '" + chat_template_->eos_token() +
+                      "' is not a token of the tokenizer; the template does not belong to this tokenizer");
+    add_unique(stop_ids_, *id);
+  }
+  for (const int64_t id : o.model_eos_ids) add_unique(stop_ids_, id);
+  if (chat_template_) render("check");  // a template that cannot render a plain turn fails now, not mid-run
+}
+
+PromptFormat::~PromptFormat() = default;
+
+std::string PromptFormat::render(const std::string& prompt) const {
+  if (!chat_template_) return prompt;
+  std::vector<models::ChatMessage> messages;
+  if (system_prompt_) messages.push_back({"system", *system_prompt_});
+  messages.push_back({"user", prompt});
+  return chat_template_->render(messages, /*add_generation_prompt=*/true);
+}
+
+std::vector<int64_t> PromptFormat::encode(const std::string& prompt) const {
+  std::vector<int64_t> ids;
+  if (!chat_template_)
+    if (auto bos = tokenizer_.bos_id()) ids.push_back(*bos);
+  const std::vector<int64_t> body = tokenizer_.encode(render(prompt));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+const std::string& PromptFormat::template_source() const {
+  static const std::string kNone;
+  return chat_template_ ? chat_template_->source() : kNone;
+}
+
+std::string PromptFormat::describe() const {
+  std::string s = chat_template_ ? "chat template " + template_origin_ : std::string("raw prompts (no chat template)");
+  if (system_prompt_) s += ", system prompt";
+  s += ", stop on";
+  for (const int64_t id : stop_ids_) s += " " + tokenizer_.id_to_token(id);
+  return s;
+}
+
+}  // namespace tandem

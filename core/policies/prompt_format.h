@@ -1,0 +1,67 @@
+// How a prompt's text becomes the token ids the policy sees, and which ids end a response: the
+// model's chat template (data.chat_template), an optional system turn, BOS, and the stop set
+// (the tokenizer's EOS, the template's eos_token, the model's eos ids). One object serves the
+// sampler, the warm-start, `generate` and evaluation, so they all see the same prompt.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/tokenizers/tokenizer.h"
+
+namespace tandem {
+
+namespace models {
+class ChatTemplate;
+}
+
+struct PromptFormatOptions {
+  // "auto": tokenizer_config.json beside the tokenizer file when it holds a chat_template, else
+  // raw text; "none": raw text; anything else: a Jinja template file.
+  std::string chat_template = "auto";
+  std::optional<std::string> system_prompt;
+  std::optional<std::string> tokenizer_path;  // the tokenizer.json (or its directory); unset: char
+  std::vector<int64_t> model_eos_ids;         // config.json / generation_config.json
+  // Where the options came from, for messages ("tracks.ar.data.chat_template", "--chat-template").
+  std::string origin = "tracks.ar.data.chat_template";
+};
+
+class PromptFormat {
+ public:
+  // Throws UserError naming the key and file: a template file that is missing or does not parse,
+  // a system prompt without a template, a template eos_token the tokenizer does not know.
+  PromptFormat(const PromptFormatOptions& options, const models::Tokenizer& tokenizer);
+  ~PromptFormat();
+  PromptFormat(const PromptFormat&) = delete;
+  PromptFormat& operator=(const PromptFormat&) = delete;
+
+  // The text the policy is prompted with: the rendered conversation [system], user, then the
+  // assistant's opening; or the raw prompt without a template.
+  std::string render(const std::string& prompt) const;
+  // render() tokenized; without a template the tokenizer's BOS goes first (a template writes its
+  // own bos_token where it wants one).
+  std::vector<int64_t> encode(const std::string& prompt) const;
+
+  bool templated() const { return chat_template_ != nullptr; }
+  // The template came from a file of the recipe's (not the tokenizer's own configuration).
+  bool template_from_file() const { return templated() && from_file_; }
+  const std::string& template_source() const;                              // "" without a template
+  const std::string& template_origin() const { return template_origin_; }  // the file it came from
+  // Every id that ends a response, without repeats: tokenizer EOS, template eos_token, model ids.
+  const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  // "chat template <file>, system prompt: yes, stop: <|im_end|> <|endoftext|>" for the start-up log.
+  std::string describe() const;
+
+ private:
+  const models::Tokenizer& tokenizer_;
+  std::unique_ptr<models::ChatTemplate> chat_template_;
+  std::string template_origin_;
+  bool from_file_ = false;
+  std::optional<std::string> system_prompt_;
+  std::vector<int64_t> stop_ids_;
+};
+
+}  // namespace tandem

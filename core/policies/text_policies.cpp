@@ -1,0 +1,106 @@
+// The table behind text_policy_spec(): one entry per ArArch, each a few plain functions.
+#include "core/policies/text_policies.h"
+
+#include "common/error.h"
+#include "core/policies/llama_policy.h"
+#include "core/policies/unified_policy.h"
+#include "models/llama/weights.h"
+#include "models/unified/weights.h"
+
+namespace tandem {
+
+namespace {
+
+void require(bool ok, const std::string& path, const std::string& message) {
+  if (!ok) throw UserError(path + ": " + message);
+}
+
+// --- llama: a Llama / Qwen2 decoder (models/llama), tensor and context parallel ---
+
+void validate_llama(const Config&) {}  // its rules are the generic ones of validate()
+
+BuiltTextPolicy build_llama(const Config& c, const parallel::ParallelContext& ctx, torch::Device device,
+                            torch::Dtype dtype) {
+  const ArModelConfig& m = c.tracks.ar.model;
+  models::LlamaForCausalLM model{nullptr};
+  if (m.hf_dir) {
+    model = models::load_llama(*m.hf_dir, ctx, dtype);
+  } else {
+    model = models::LlamaForCausalLM(llama_config(m), ctx, static_cast<uint64_t>(c.run.seed));
+    model->to(dtype);
+  }
+  model->to(device);
+  return {std::make_unique<LlamaPolicy>(model), models::UnifiedModel{nullptr}};
+}
+
+BuiltTextPolicy load_llama(const std::string& dir, torch::Dtype dtype) {
+  return {std::make_unique<LlamaPolicy>(models::load_llama(dir, {}, dtype)), models::UnifiedModel{nullptr}};
+}
+
+// --- unified: the shared text + image transformer (models/unified), dp only ---
+
+void validate_unified(const Config& c) {
+  const ArModelConfig& m = c.tracks.ar.model;
+  const std::string mp = "tracks.ar.model";
+  const std::string why = " (arch unified: the shared text + image transformer of models/unified)";
+  require(m.num_kv_heads == m.num_heads, mp + ".num_kv_heads",
+          "must equal num_heads (" + std::to_string(m.num_heads) + "): its attention is multi-head" + why);
+  require(!m.tie_embeddings, mp + ".tie_embeddings", "must be false: its LM head is untied" + why);
+  require(!m.qkv_bias, mp + ".qkv_bias", "must be false: its projections have no biases" + why);
+  require(!m.head_dim || *m.head_dim * m.num_heads == m.hidden_size, mp + ".head_dim",
+          "must be null or hidden_size / num_heads" + why);
+  require(m.rope_scaling.type == RopeType::kNone, mp + ".rope_scaling.type", "must be none" + why);
+  require(c.parallel.tp == 1 && c.parallel.cp == 1, mp + ".arch",
+          "unified runs with parallel.tp: 1 and parallel.cp: 1 (its layers have no tensor- or context-parallel "
+          "form yet); scale it with dp");
+  require(c.parallel.rollout_ranks == 0 && !c.train.overlap, mp + ".arch",
+          "unified does not support parallel.rollout_ranks or train.overlap yet; set them to 0 / false");
+  const ImageModelConfig& im = c.tracks.image.model;  // the unified model's image side, track or not
+  require(im.image_size % im.patch_size == 0, "tracks.image.model.patch_size",
+          std::to_string(im.patch_size) + " does not divide image_size " + std::to_string(im.image_size) +
+              " (the image side of tracks.ar.model.arch unified)");
+}
+
+BuiltTextPolicy build_unified(const Config& c, const parallel::ParallelContext&, torch::Device device,
+                              torch::Dtype dtype) {
+  const ArModelConfig& m = c.tracks.ar.model;
+  const models::UnifiedConfig want = unified_config(m, c.tracks.image.model);
+  models::UnifiedModel model{nullptr};
+  if (m.hf_dir) {
+    model = models::load_unified(*m.hf_dir, dtype);
+    const nlohmann::json got_j = models::to_json(model->config(), dtype), want_j = models::to_json(want, dtype);
+    for (const auto& [key, value] : want_j.items())
+      if (got_j.at(key) != value)
+        throw UserError("tracks.ar.model.hf_dir: " + *m.hf_dir + " holds a unified model with " + key + " " +
+                        got_j.at(key).dump() + ", the recipe (tracks.ar.model / tracks.image.model) says " +
+                        value.dump() + "; make them agree");
+  } else {
+    model = models::UnifiedModel(want, static_cast<uint64_t>(c.run.seed));
+    model->to(dtype);
+  }
+  model->to(device);
+  return {std::make_unique<UnifiedTextPolicy>(model), model};
+}
+
+BuiltTextPolicy load_unified(const std::string& dir, torch::Dtype dtype) {
+  models::UnifiedModel model = models::load_unified(dir, dtype);
+  return {std::make_unique<UnifiedTextPolicy>(model), model};
+}
+
+const TextPolicySpec kSpecs[] = {
+    {ArArch::kLlama, validate_llama, build_llama, load_llama, nullptr},
+    {ArArch::kUnified, validate_unified, build_unified, load_unified,
+     "the AR policy is the unified text + image model (model_type tandem_unified), which has no Hugging Face "
+     "equivalent; its ar_model/ (config.json + model.safetensors) is already the portable form, and `tandem "
+     "generate --checkpoint` samples from it"},
+};
+
+}  // namespace
+
+const TextPolicySpec& text_policy_spec(ArArch arch) {
+  for (const TextPolicySpec& s : kSpecs)
+    if (s.arch == arch) return s;
+  throw std::logic_error(std::string("text_policy_spec: no entry for arch ") + to_string(arch));
+}
+
+}  // namespace tandem

@@ -1,0 +1,42 @@
+// The AR policy's architectures, registered once: for each tracks.ar.model.arch, the recipe rules
+// it adds, how a run builds or loads it, how a checkpoint's ar_model/ is read back, and whether it
+// exports to Hugging Face. The AR track, `generate`, `ckpt` and the recipe validation all go
+// through this table instead of comparing the arch themselves.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "core/config/config.h"
+#include "core/policies/text_policy.h"
+#include "models/unified/model.h"
+#include "parallel/parallel_context.h"
+
+namespace tandem {
+
+struct BuiltTextPolicy {
+  std::unique_ptr<TextPolicy> policy;
+  models::UnifiedModel unified{nullptr};  // the shared text + image model (arch unified), else empty
+};
+
+struct TextPolicySpec {
+  ArArch arch;
+  // The cross-field recipe rules of this arch (beyond the schema's per-key ranges); throws
+  // UserError naming the key. Called by validate() for an enabled AR track.
+  void (*validate)(const Config& config);
+  // The policy a run trains: tracks.ar.model.hf_dir loaded, or a fresh init from run.seed; sharded
+  // for ctx, parameters in `dtype` on `device`.
+  BuiltTextPolicy (*build)(const Config& config, const parallel::ParallelContext& ctx, torch::Device device,
+                           torch::Dtype dtype);
+  // The policy a checkpoint's ar_model/ directory holds, on one process (tp 1), in `dtype`.
+  BuiltTextPolicy (*load)(const std::string& ar_model_dir, torch::Dtype dtype);
+  // Why this arch does not export as a Hugging Face directory; nullptr when it does.
+  const char* no_hf_export;
+};
+
+// The spec of `arch`; every ArArch value has one.
+const TextPolicySpec& text_policy_spec(ArArch arch);
+
+}  // namespace tandem

@@ -1,0 +1,28 @@
+// The AR track's policy: log-probs for the update (PolicyModel) plus what a rollout and a
+// checkpoint need. LlamaPolicy (a Llama / Qwen2 LM) and UnifiedTextPolicy (the text side of the
+// unified text + image model) implement it, so the GRPO step does not know which model it trains.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/grpo/policy_update.h"
+#include "models/llama/sampler.h"
+
+namespace tandem {
+
+class TextPolicy : public PolicyModel {
+ public:
+  // One response per request (models/llama/sampler.h's contract). Collective over tp.
+  virtual std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
+                                                   const models::SamplingParams& params) = 0;
+  // The model's directory format under `dir` (written by the ranks that `write`), and back.
+  virtual void save(const std::string& dir, bool write) = 0;
+  virtual void load(const std::string& dir) = 0;
+  // A frozen copy of the current weights (the KL reference).
+  virtual std::unique_ptr<TextPolicy> frozen_copy() = 0;
+  virtual int64_t max_seq_len() const = 0;
+};
+
+}  // namespace tandem

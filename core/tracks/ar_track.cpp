@@ -1,0 +1,533 @@
+// The AR track's step. Every rank of a dp group (its tp / cp peers) runs the same rollout with
+// the same seeds, so they hold identical samples; the exchange and the metrics reduce over dp.
+#include "core/tracks/ar_track.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "common/error.h"
+#include "common/regular_file.h"
+#include "core/batch/group_filter.h"
+#include "core/batch/rollout_bridge.h"
+#include "core/batch/step_plan.h"
+#include "core/grpo/advantage.h"
+#include "core/policies/llama_policy.h"
+#include "core/policies/text_policies.h"
+#include "core/policies/unified_policy.h"
+#include "core/rewards/reward_factory.h"
+#include "core/run/fault_injection.h"
+#include "core/run/metric_reduction.h"
+#include "core/tasks/synthetic.h"
+#include "core/tasks/task_factory.h"
+#include "core/tracks/track_metrics.h"
+#include "models/llama/sampler.h"
+#include "models/llama/weights.h"
+#include "models/safetensors.h"
+#include "models/unified/weights.h"
+#include "runtime/timing.h"
+
+namespace tandem {
+
+namespace {
+
+std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
+  if (t.kind == TokenizerKind::kChar) return models::make_char_tokenizer(t.alphabet);
+  return models::load_hf_tokenizer(*t.path);
+}
+
+std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/step_%06lld.dp%lld.bin", static_cast<long long>(step),
+                static_cast<long long>(dp_rank));
+  return dir + buf;
+}
+
+}  // namespace
+
+PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
+  PromptFormatOptions o;
+  o.chat_template = ar.data.chat_template;
+  o.system_prompt = ar.data.system_prompt;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
+  o.model_eos_ids = ar.model.eos_token_ids;
+  return o;
+}
+
+std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& d, int64_t seed) {
+  std::optional<tasks::SyntheticOptions> synthetic;
+  if (auto task = tasks::synthetic_task_from_name(d.task); task && (d.min_digits || d.max_digits)) {
+    synthetic = tasks::default_synthetic_options(*task);
+    if (d.min_digits) synthetic->min_digits = *d.min_digits;
+    if (d.max_digits) synthetic->max_digits = *d.max_digits;
+  }
+  return tasks::make_prompt_source(d.task, d.path, d.prompt_key, d.answer_key, d.shuffle, seed, synthetic);
+}
+
+ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+                 bool rollout_only)
+    : config_(config), comms_(comms), device_(device), dtype_(dtype) {
+  const ArTrackConfig& ar = config.tracks.ar;
+  dp_rank_ = comms.dp->rank();
+  dp_size_ = comms.dp->size();
+  tokenizer_ = make_tokenizer(ar.tokenizer);
+  if (ar.model.vocab_size < tokenizer_->vocab_size())
+    throw UserError("tracks.ar.model.vocab_size: " + std::to_string(ar.model.vocab_size) +
+                    " is smaller than the tokenizer's vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
+                    (ar.model.hf_dir ? "); the tokenizer does not belong to the model in " + *ar.model.hf_dir
+                                     : std::string("); raise it")));
+  format_ = std::make_unique<PromptFormat>(prompt_format_options(ar), *tokenizer_);
+  spdlog::info("ar prompts: {}", format_->describe());
+  const auto load_start = std::chrono::steady_clock::now();
+  if (ar.model.hf_dir && ar.model.arch == ArArch::kLlama) source_ = read_model_dir(*ar.model.hf_dir);
+  BuiltTextPolicy built =
+      text_policy_spec(ar.model.arch)
+          .build(config, parallel::ParallelContext::from(comms.model_tp, comms.model_cp), device, dtype);
+  policy_ = std::move(built.policy);
+  unified_ = built.unified;
+  int64_t n_params = 0;
+  for (const auto& p : policy_->parameters()) n_params += p.numel();
+  spdlog::info("ar policy: {} ({} parameters on this rank) {} in {:.2f} s",
+               ar.model.hf_dir ? *ar.model.hf_dir : "random init", n_params, ar.model.hf_dir ? "loaded" : "built",
+               seconds_since(load_start));
+  if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
+  prompts_ = make_ar_prompts(ar.data, config.run.seed);
+  reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
+  geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
+  update_.policy.clip_low = ar.algo.clip_low;
+  update_.policy.clip_high = ar.algo.clip_high;
+  update_.policy.clip_c = ar.algo.clip_c;
+  update_.policy.ratio = ar.algo.ratio;
+  update_.loss_agg_mode = geometry_.loss_agg_mode;
+  update_.kl_coef = ar.algo.kl.coef;
+  update_.kl_estimator = ar.algo.kl.estimator;
+  update_.entropy_coef = ar.algo.entropy_coef;
+  update_.dtype = dtype;
+  update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
+  update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
+  update_.tis_cap = ar.algo.tis_cap;
+}
+
+std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  return generate_groups(step, tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_),
+                         metrics);
+}
+
+std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
+                                               MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const auto t0 = std::chrono::steady_clock::now();
+  models::SamplingParams sp;
+  sp.temperature = ar.rollout.temperature;
+  sp.top_p = ar.rollout.top_p;
+  sp.top_k = ar.rollout.top_k;
+  sp.max_new_tokens = ar.rollout.max_new_tokens;
+  sp.vocab_limit = tokenizer_->vocab_size();
+  sp.stop_ids = format_->stop_ids();
+  for (const std::string& s : ar.rollout.stop) {
+    const auto ids = tokenizer_->encode(s);
+    if (ids.size() == 1)
+      sp.stop_ids.push_back(ids[0]);
+    else if (!ids.empty())
+      sp.stop_sequences.push_back(ids);
+  }
+  std::vector<models::GenerationRequest> requests;
+  std::vector<std::vector<int64_t>> prompt_ids;
+  for (const auto& p : shard) {
+    const std::vector<int64_t> ids = format_->encode(p.prompt.text);
+    if (static_cast<int64_t>(ids.size()) + ar.rollout.max_new_tokens > policy_->max_seq_len())
+      throw UserError("prompt " + std::to_string(p.prompt.id) + " has " + std::to_string(ids.size()) +
+                      " tokens; with rollout.max_new_tokens " + std::to_string(ar.rollout.max_new_tokens) +
+                      " it exceeds tracks.ar.model.max_seq_len " + std::to_string(policy_->max_seq_len()));
+    prompt_ids.push_back(ids);
+    for (int64_t k = 0; k < ar.rollout.group_size; ++k)
+      requests.push_back({ids, models::sample_seed(config_.run.seed, step, p.slot, k)});
+  }
+  const auto gens = policy_->generate(requests, sp);
+  metrics["time/generate_s"] += seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<ArSample> samples;
+  std::vector<rewards::RewardInput> inputs;
+  for (size_t j = 0; j < shard.size(); ++j)
+    for (int64_t k = 0; k < ar.rollout.group_size; ++k) {
+      const auto& g = gens[j * ar.rollout.group_size + k];
+      ArSample s;
+      s.tokens = prompt_ids[j];
+      s.prompt_len = static_cast<int64_t>(s.tokens.size());
+      s.tokens.insert(s.tokens.end(), g.tokens.begin(), g.tokens.end());
+      s.response_mask.assign(g.tokens.size(), 1);
+      s.rollout_logp = g.logp;
+      s.group_id = shard[j].slot;
+      s.index = shard[j].slot * ar.rollout.group_size + k;
+      s.policy_version = policy_version_;
+      inputs.push_back(
+          {shard[j].prompt.text, tokenizer_->decode(g.tokens, /*skip_special=*/true), shard[j].prompt.answer, s.index});
+      samples.push_back(std::move(s));
+    }
+  const std::vector<double> r = reward_->score(inputs);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].reward = r[i];
+  metrics["time/reward_s"] += seconds_since(t1);
+  return samples;
+}
+
+std::vector<ArSample> ArTrack::replay(int64_t step) {
+  // Every rank reads the whole step and keeps its groups, so a dump replays at any dp.
+  const std::string dir = *config_.tracks.ar.rollout.replay_dir;
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "step_%06lld.", static_cast<long long>(step));
+  std::vector<ArSample> out;
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+    found = true;
+    const std::string file = e.path().string();
+    require_regular_file(file, "the rollout dump ");
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<ArSample> samples;
+    try {
+      samples = deserialize_samples(bytes.data(), bytes.size());
+    } catch (const std::exception& err) {
+      throw UserError(file + ": damaged rollout dump (" + err.what() + "); dump the step again");
+    }
+    // Every value a dump holds is checked against this run before it reaches the model.
+    const int64_t vocab = policy_vocab_size();
+    for (auto& s : samples) {
+      const std::string where = file + ": sample " + std::to_string(s.index) + ": ";
+      for (const int64_t t : s.tokens)
+        if (t < 0 || t >= vocab)
+          throw UserError(where + "token id " + std::to_string(t) + " is outside the model's vocabulary of " +
+                          std::to_string(vocab) + " (a dump of another model, or damaged)");
+      if (s.length() > policy_->max_seq_len())
+        throw UserError(where + std::to_string(s.length()) + " tokens exceed tracks.ar.model.max_seq_len " +
+                        std::to_string(policy_->max_seq_len()));
+      if (s.group_id < 0 || s.group_id >= ar_prompts_per_step() || s.index < 0)
+        throw UserError(where + "group " + std::to_string(s.group_id) + " is outside this step's " +
+                        std::to_string(ar_prompts_per_step()) + " prompts (a dump of another recipe, or damaged)");
+      bool finite = std::isfinite(s.reward) && std::isfinite(s.advantage);
+      for (const double x : s.rollout_logp) finite = finite && std::isfinite(x);
+      if (!finite) throw UserError(where + "holds NaN or Inf (reward, advantage or log-prob); the dump is damaged");
+    }
+    for (auto& s : samples)
+      if (s.group_id % dp_size_ == dp_rank_) out.push_back(std::move(s));
+  }
+  if (!found)
+    throw UserError("tracks.ar.rollout.replay_dir: no dumped rollout for step " + std::to_string(step) + " in " + dir);
+  return out;
+}
+
+int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
+
+int64_t ArTrack::ar_prompts_per_step() const { return config_.tracks.ar.rollout.prompts_per_step; }
+
+void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
+  if (comms_.tp->rank() != 0 || comms_.cp->rank() != 0) return;  // tp / cp peers hold the same samples
+  const std::string dir = config_.run.out_dir + "/" + config_.run.name + "/rollouts";
+  std::filesystem::create_directories(dir);
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const auto bytes = serialize_samples(ptrs);
+  const std::string path = dump_path(dir, step, dp_rank_);
+  std::ofstream(path + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics) {
+  // Rewards and lengths over all samples of the step (before any filtering).
+  MetricReduction r;
+  add_reward_sums(local, r);
+  r.sum("response_tokens", 0);
+  r.max("response_len_max", 0);
+  for (const auto& s : local) {
+    r.sum("response_tokens", static_cast<double>(s.response_len()));
+    r.max("response_len_max", static_cast<double>(s.response_len()));
+  }
+  r.reduce(*comms_.dp);
+  write_reward_metrics(r, metrics);
+  metrics["response/len_mean"] = r.ratio("response_tokens", "samples");
+  metrics["response/len_max"] = r["response_len_max"];
+  // Generated tokens of every dp rank over this rank's generation time (tp / cp peers count once).
+  if (metrics["time/generate_s"] > 0)
+    metrics["perf/rollout_tokens_per_s"] = r["response_tokens"] / metrics["time/generate_s"];
+}
+
+void ArTrack::set_advantages(std::vector<ArSample>& local) const {
+  const ArAlgoConfig& algo = config_.tracks.ar.algo;
+  std::vector<double> rewards;
+  std::vector<int64_t> groups;
+  for (const auto& s : local) rewards.push_back(s.reward), groups.push_back(s.group_id);
+  AdvantageOptions ao;
+  ao.norm_by_std = algo.norm_by_std;
+  ao.eps = algo.adv_eps;
+  ao.clip = algo.adv_clip;
+  const torch::Tensor adv = grpo_advantages(torch::tensor(rewards, torch::kFloat64), torch::tensor(groups), ao);
+  for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+}
+
+ScheduleOptions ArTrack::schedule_options() const {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  ScheduleOptions so;
+  so.dp = dp_size_;
+  so.num_mini_batches = config_.train.num_mini_batches;
+  so.micro_batch_size = geometry_.micro_batch_size;
+  so.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
+  // cp shards packed micros only; tp and dp take either layout.
+  so.layout = comms_.model_cp != nullptr && comms_.model_cp->size() > 1 ? BatchLayout::kPacked : ar.layout;
+  return so;
+}
+
+void ArTrack::schedule_metrics(const ScheduleOptions& so, MetricMap& metrics) const {
+  const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
+  metrics["schedule/balance"] = ss.balance;
+  metrics["schedule/micros"] = static_cast<double>(ss.micros);
+  double padded = 0;
+  for (const auto& mini : schedule_.minis)
+    for (const auto& rank : mini.ranks)
+      for (const auto& micro : rank.micros) padded += micro.padded ? 1 : 0;
+  metrics["schedule/padded_micros"] = padded;
+}
+
+std::vector<ArSample> ArTrack::receive_rollout(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const auto t0 = std::chrono::steady_clock::now();
+  // The cursor advances exactly as on a colocated rank, so checkpoints resume the same stream.
+  const auto shard = tasks::next_step_shard(*prompts_, ar.rollout.prompts_per_step, dp_rank_, dp_size_);
+  std::vector<ArSample> all = bridge_samples(*comms_.bridge, {});
+  std::vector<ArSample> local;
+  for (auto& s : all)
+    for (const auto& p : shard)
+      if (s.group_id == p.slot) local.push_back(std::move(s));
+  if (local.size() != shard.size() * static_cast<size_t>(ar.rollout.group_size))
+    throw std::logic_error("ArTrack: rollout ranks sent " + std::to_string(local.size()) +
+                           " samples for this rank, "
+                           "expected " +
+                           std::to_string(shard.size() * ar.rollout.group_size));
+  std::sort(local.begin(), local.end(), [](const ArSample& a, const ArSample& b) { return a.index < b.index; });
+  std::vector<int64_t> lags;
+  const int64_t dropped = drop_stale(local, step, ar.rollout.max_staleness, lags);
+  std::vector<double> counts(lags.begin(), lags.end());
+  counts.push_back(static_cast<double>(dropped));
+  torch::Tensor t = torch::tensor(counts, torch::kFloat64);
+  comms_.dp->all_reduce(t);
+  double lag_sum = 0, kept = 0;
+  for (size_t k = 0; k < lags.size(); ++k) {
+    metrics["rollout/lag_" + std::to_string(k)] = t[static_cast<int64_t>(k)].item<double>();
+    lag_sum += static_cast<double>(k) * t[static_cast<int64_t>(k)].item<double>();
+    kept += t[static_cast<int64_t>(k)].item<double>();
+  }
+  metrics["rollout/lag_mean"] = kept > 0 ? lag_sum / kept : 0;
+  metrics["rollout/stale_dropped"] = t[static_cast<int64_t>(lags.size())].item<double>();
+  metrics["time/wait_rollout_s"] = seconds_since(t0);
+  return local;
+}
+
+void ArTrack::publish_start(int64_t start_step) {
+  start_step_ = start_step;
+  policy_version_ = start_step;
+  nlohmann::json j{{"start_step", start_step}, {"data_cursor", prompts_->cursor()}};
+  bridge_string(*comms_.bridge, j.dump());
+  publish_weights(start_step);
+}
+
+void ArTrack::publish_weights(int64_t version) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bridge_weights(*comms_.bridge, policy_->parameters(), version, /*apply=*/false);
+  publish_s_ += seconds_since(t0);
+}
+
+void ArTrack::prepare(int64_t step, MetricMap& metrics) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  step_ = step;
+  if (!comms_.bridge) policy_version_ = step;  // colocated: sampled by the weights about to train
+  publish_s_ = 0;
+  std::vector<ArSample> local;
+  if (config_.train.overlap) {
+    local = prepare_overlapped(step, metrics);
+    rollout_stats(local, metrics);
+    schedule_metrics(schedule_options(), metrics);
+    outcome_ = MicroOutcome{};
+    return;
+  }
+  if (comms_.bridge) {
+    local = receive_rollout(step, metrics);
+    const StalenessProtocol protocol{start_step_, config_.run.steps, ar.rollout.max_staleness};
+    if (protocol.publish_after_receive(step)) publish_weights(step);  // step t + 1 samples with these
+  } else {
+    local = ar.rollout.replay_dir ? replay(step) : rollout(step, metrics);
+  }
+  rollout_stats(local, metrics);
+
+  if (!ar.rollout.replay_dir) {
+    if (ar.algo.filter_zero_variance_groups) {
+      MetricReduction r;
+      r.sum("dropped", static_cast<double>(drop_zero_variance_groups(local)));
+      r.reduce(*comms_.dp);
+      metrics["rollout/filtered_samples"] = r["dropped"];
+    }
+    set_advantages(local);
+    if (ar.rollout.dump) dump(step, local);
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const ScheduleOptions so = schedule_options();
+  std::vector<SampleCost> costs;
+  for (const auto& s : local) costs.push_back(cost_of(s));
+  StepPlan<ArSample> plan = plan_and_exchange(local, costs, so, *comms_.dp);
+  directory_ = std::move(plan.directory), schedule_ = std::move(plan.schedule), mine_ = std::move(plan.mine);
+  schedule_metrics(so, metrics);
+  metrics["time/exchange_s"] = seconds_since(t0);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  old_logp_.clear();
+  double entropy[2] = {0, 0};
+  if (ar.algo.old_logp == OldLogp::kRecompute) {
+    old_logp_ = forward_micros(*policy_, schedule_, directory_, mine_, entropy);
+    reduce_entropy(entropy, metrics);
+  }
+  metrics["time/old_logp_s"] = seconds_since(t1);
+  const auto t2 = std::chrono::steady_clock::now();
+  ref_logp_.clear();
+  if (reference_) ref_logp_ = forward_micros(*reference_, schedule_, directory_, mine_, nullptr);
+  metrics["time/ref_logp_s"] = seconds_since(t2);
+  outcome_ = MicroOutcome{};
+}
+
+std::vector<const ArSample*> ArTrack::micro_samples(const MicroBatch& micro) const {
+  return samples_of(micro, directory_, mine_);
+}
+
+std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(PolicyModel& policy, const Schedule& schedule,
+                                                                const RolloutDirectory& directory,
+                                                                const std::vector<ArSample>& mine, double* entropy) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> out;
+  for (const auto& mini : schedule.minis) {
+    out.emplace_back();
+    for (const auto& micro : mini.ranks[dp_rank_].micros) {
+      // The training forward's own layout, so the first update's ratio is exactly 1.
+      PolicyModel::Output o;
+      torch::Tensor loss_mask;  // (N) or (B, T)
+      if (micro.padded) {
+        const PaddedBatch b = collate_padded(samples_of(micro, directory, mine), micro.denominators, dtype_);
+        o = policy.forward_padded(b, entropy != nullptr), loss_mask = b.loss_mask;
+      } else {
+        const PackedBatch b = collate_packed(samples_of(micro, directory, mine), micro.denominators, dtype_);
+        o = policy.forward_packed(b, entropy != nullptr), loss_mask = b.loss_mask;
+      }
+      out.back().push_back(o.logp.detach());
+      if (entropy && o.entropy.defined()) {
+        const torch::Tensor m = loss_mask.to(o.entropy.device()) != 0;
+        entropy[0] += o.entropy.masked_select(m).sum().item<double>();
+        entropy[1] += m.sum().item<double>();
+      }
+    }
+  }
+  return out;
+}
+
+void ArTrack::reduce_entropy(const double entropy[2], MetricMap& metrics) const {
+  MetricReduction r;
+  r.sum("entropy", entropy[0]);
+  r.sum("tokens", entropy[1]);
+  r.reduce(*comms_.dp);
+  metrics["entropy"] = r.ratio("entropy", "tokens");
+}
+
+void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
+  const auto t0 = std::chrono::steady_clock::now();
+  UpdateOptions o = update_;
+  o.after_backward = [this] { after_backward(); };
+  o.loss_weight = weight;
+  loss_finite_ = true;
+  const auto& micros = schedule_.minis[mini].ranks[dp_rank_].micros;
+  for (size_t k = 0; k < micros.size(); ++k) {
+    const torch::Tensor old = old_logp_.empty() ? torch::Tensor() : old_logp_[mini][k];
+    const torch::Tensor ref = ref_logp_.empty() ? torch::Tensor() : ref_logp_[mini][k];
+    o.packed = !micros[k].padded;
+    MicroOutcome m = train_micro(*policy_, micro_samples(micros[k]), micros[k].denominators, o, old, ref);
+    if (mini == 0 && k == 0 && fault::nan_loss(comms_.world->rank(), step_)) m.loss = std::nan("");
+    loss_finite_ = loss_finite_ && std::isfinite(m.loss);
+    if (mini == 0) metrics["pg/first_ratio_max_dev"] = std::max(metrics["pg/first_ratio_max_dev"], m.ratio_max_dev);
+    outcome_ += m;
+  }
+  metrics["time/train_s"] += seconds_since(t0);
+}
+
+void ArTrack::finish(MetricMap& metrics) {
+  const MicroOutcome& o = outcome_;
+  MetricReduction r;
+  r.sum("loss", o.loss);
+  r.sum("tokens", o.stats.tokens);
+  r.sum("clipped", o.stats.clipped);
+  r.sum("dual_clipped", o.stats.dual_clipped);
+  r.sum("approx_kl", o.stats.approx_kl_sum);
+  r.sum("kl", o.kl_sum);
+  r.sum("entropy", o.entropy_sum);
+  r.sum("tis_weight", o.tis_weight_sum);
+  r.sum("tis_capped", o.tis_capped);
+  r.sum("loss_nonfinite", loss_finite_ ? 0 : 1);
+  r.max("first_ratio_dev", metrics["pg/first_ratio_max_dev"]);
+  r.max("ratio_dev", o.ratio_max_dev);
+  r.reduce(*comms_.dp);
+  const double tokens = r["tokens"];
+  metrics["loss"] = r["loss"] / static_cast<double>(schedule_.minis.size());
+  metrics["pg/clipfrac"] = r.ratio("clipped", "tokens");
+  metrics["pg/dual_clipfrac"] = r.ratio("dual_clipped", "tokens");
+  metrics["pg/approx_kl"] = r.ratio("approx_kl", "tokens");
+  metrics["pg/first_ratio_max_dev"] = r["first_ratio_dev"];
+  metrics["pg/ratio_max_dev"] = r["ratio_dev"];
+  if (reference_) metrics["kl"] = r.ratio("kl", "tokens");
+  if (config_.tracks.ar.algo.old_logp != OldLogp::kRecompute) metrics["entropy"] = r.ratio("entropy", "tokens");
+  metrics["train/action_tokens"] = tokens;
+  if (update_.tis_cap)
+    metrics["tis/weight_mean"] = r.ratio("tis_weight", "tokens"),
+    metrics["tis/capped_frac"] = r.ratio("tis_capped", "tokens");
+  if (comms_.bridge) metrics["time/publish_weights_s"] = publish_s_;
+  // Each action token is trained once per step; tp / cp peers count the same tokens once.
+  metrics["perf/train_tokens_per_s"] = metrics["time/train_s"] > 0 ? tokens / metrics["time/train_s"] : 0;
+}
+
+void ArTrack::refresh_reference() {
+  if (reference_) reference_ = policy_->frozen_copy();
+}
+
+void ArTrack::save(const std::string& dir) {
+  const bool writer = comms_.world->rank() == 0;
+  policy_->save(dir + "/ar_model", writer);
+  if (reference_) reference_->save(dir + "/ar_reference", writer);
+  if (!writer || !unified_.is_empty()) return;
+  // ar_model/ is a complete Hugging Face directory: export copies it, generate --model reads it.
+  const ArTrackConfig& ar = config_.tracks.ar;
+  HfDirCompanions c;
+  c.source = source_ ? &*source_ : nullptr;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) c.tokenizer_path = ar.tokenizer.path;
+  if (format_->template_from_file()) c.chat_template = format_->template_source();
+  c.stop_ids = format_->stop_ids();
+  c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer_->bos_id();
+  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(dir + "/ar_model", c);
+}
+
+void ArTrack::load(const std::string& dir) {
+  policy_->load(dir + "/ar_model");
+  if (!reference_) return;
+  if (std::filesystem::exists(dir + "/ar_reference")) {
+    reference_->load(dir + "/ar_reference");
+  } else {  // checkpoints written before the reference was saved
+    reference_ = policy_->frozen_copy();
+    spdlog::warn("resume: {} has no ar_reference/; the KL reference is the checkpoint's policy", dir);
+  }
+}
+
+nlohmann::json ArTrack::state() const { return {{"data_cursor", prompts_->cursor()}}; }
+
+void ArTrack::restore(const nlohmann::json& state) {
+  prompts_->restore(tasks::cursor_from_json(state.at("data_cursor")));
+}
+
+}  // namespace tandem

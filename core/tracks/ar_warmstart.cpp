@@ -1,0 +1,64 @@
+// The AR track's supervised warm-start: cross-entropy on the reference answer (+ EOS) of the
+// task's prompts, a separate prompt stream (seed + 1) so RL sees the same prompts with or
+// without it. Departure from pure RL post-training, recipe-visible: tracks.ar.warmstart.
+#include <spdlog/spdlog.h>
+
+#include "core/tasks/task_factory.h"
+#include "core/tracks/ar_track.h"
+#include "parallel/gradient_reduction.h"
+
+namespace tandem {
+
+double ArTrack::warmstart() {
+  double loss = 0;
+  for (int64_t step = 0; step < config_.tracks.ar.warmstart.steps; ++step) loss = warmstart_step(step);
+  return loss;
+}
+
+double ArTrack::warmstart_step(int64_t step) {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const ArWarmstartConfig& w = ar.warmstart;
+  if (step == 0) {
+    warm_source_ = make_ar_prompts(ar.data, config_.run.seed + 1);
+    // No weight decay on the unified model: its image-only weights get no text gradient and would
+    // only shrink (the Llama keeps AdamW's default decay, which its quickstart figures ran with).
+    warm_opt_ = std::make_unique<torch::optim::AdamW>(
+        policy_->parameters(), torch::optim::AdamWOptions(w.lr).weight_decay(unified_.is_empty() ? 0.01 : 0.0));
+  }
+  const auto shard = tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
+  std::vector<ArSample> samples;
+  double local_tokens = 0;
+  for (const auto& p : shard) {
+    ArSample s;
+    s.tokens = format_->encode(p.prompt.text);
+    s.prompt_len = static_cast<int64_t>(s.tokens.size());
+    auto answer = tokenizer_->encode(p.prompt.answer);
+    if (!format_->stop_ids().empty()) answer.push_back(format_->stop_ids().front());  // ends like a response
+    s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
+    s.response_mask.assign(answer.size(), 1);
+    local_tokens += static_cast<double>(answer.size());
+    samples.push_back(std::move(s));
+  }
+  torch::Tensor n_tok = torch::tensor({local_tokens}, torch::kFloat64);
+  comms_.dp->all_reduce(n_tok);  // token-mean over the whole batch, like the RL loss
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const PackedBatch b = collate_packed(ptrs, {}, dtype_);
+  const auto out = policy_->forward_packed(b, false);
+  const torch::Tensor mask = b.loss_mask.to(out.logp.device());
+  const torch::Tensor loss = -(out.logp * mask).sum() / n_tok.item<double>();
+  loss.backward();
+  parallel::all_reduce_gradients(policy_->parameters(), *comms_.grad);
+  torch::nn::utils::clip_grad_norm_(policy_->parameters(), 1.0);
+  warm_opt_->step();
+  warm_opt_->zero_grad();
+  torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);
+  comms_.dp->all_reduce(l);
+  const double loss_value = l.item<double>();
+  if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
+    spdlog::info("warmstart {}/{} | answer-token NLL {:.4f}", step + 1, w.steps, loss_value);
+  if (step + 1 == w.steps) warm_opt_.reset(), warm_source_.reset();
+  return loss_value;
+}
+
+}  // namespace tandem

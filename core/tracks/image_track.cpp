@@ -1,0 +1,529 @@
+// FlowGRPO (Liu et al. 2025) in the engine's data path. Departures from the reference code:
+// each sample's trained timesteps come from its own seeded permutation (not a batch shuffle), so
+// they do not depend on the layout; the loss is aggregated over the whole mini-batch with the
+// schedule's denominators (the reference averages per micro and per timestep).
+#include "core/tracks/image_track.h"
+
+#include "core/batch/step_plan.h"
+#include "core/run/metric_reduction.h"
+#include "core/tracks/track_metrics.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "common/error.h"
+#include "core/grpo/advantage.h"
+#include "core/policies/unified_policy.h"
+#include "core/rewards/image_rewards.h"
+#include "core/rewards/reward_factory.h"
+#include "core/rewards/shape_classifier.h"
+#include "core/run/image_io.h"
+#include "core/tasks/shapes.h"
+#include "core/tracks/flow_pretrain.h"
+#include "models/dit/flow_sde.h"
+#include "models/dit/sampler.h"
+#include "models/safetensors.h"
+#include "models/unified/flow.h"
+#include "runtime/timing.h"
+
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+
+namespace {
+
+uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The class of prompt slot j of a step: a pure function of (seed, step, j), whatever the layout.
+int64_t slot_label(uint64_t seed, int64_t step, int64_t slot, int64_t num_classes) {
+  return static_cast<int64_t>(mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(slot)) %
+                              static_cast<uint64_t>(num_classes));
+}
+
+// `count` of the `steps` transitions, chosen by a Fisher-Yates shuffle from the sample's own
+// stream (std::shuffle's algorithm is implementation-defined), ascending.
+std::vector<int64_t> pick_timesteps(uint64_t seed, int64_t steps, int64_t count) {
+  std::vector<int64_t> t(steps);
+  std::iota(t.begin(), t.end(), 0);
+  std::mt19937_64 rng(seed);
+  for (int64_t i = steps - 1; i > 0; --i)
+    std::swap(t[i], t[static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1))]);
+  t.resize(count);
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+models::DitConfig dit_config(const ImageModelConfig& m) {
+  models::DitConfig c;
+  c.image_size = m.image_size;
+  c.channels = m.channels;
+  c.patch_size = m.patch_size;
+  c.hidden_size = m.hidden_size;
+  c.num_layers = m.num_layers;
+  c.num_heads = m.num_heads;
+  c.num_classes = m.num_classes;
+  return c;
+}
+
+std::unique_ptr<models::FlowModel> make_dit(const ImageModelConfig& m, uint64_t seed, torch::Device device,
+                                            torch::Dtype dtype) {
+  torch::manual_seed(seed);  // the DiT's init draws from the global generator
+  models::Dit dit(dit_config(m));
+  dit->to(device, dtype);
+  return std::make_unique<models::DitFlow>(dit);
+}
+
+std::vector<int64_t> ids_of(const std::vector<const ImageSample*>& samples) {
+  std::vector<int64_t> ids;
+  for (const auto* s : samples) ids.push_back(s->index);
+  return ids;
+}
+
+void load_file(models::FlowModel& model, const std::string& path) {
+  try {
+    model.load_tensors(models::load_safetensors(path), path);
+  } catch (const UserError& e) {
+    throw UserError(std::string(e.what()) + " (does tracks.image.model match the saved model?)");
+  }
+}
+
+}  // namespace
+
+ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
+                       models::UnifiedModel shared_model, const models::Tokenizer* tokenizer)
+    : config_(config), comms_(comms), device_(device), dtype_(dtype) {
+  const ImageTrackConfig& im = config.tracks.image;
+  dp_rank_ = comms.dp->rank();
+  dp_size_ = comms.dp->size();
+  tasks::validate_shapes_options({im.model.image_size, im.model.channels, im.model.num_classes, 0});
+  if (im.model.arch == ImageArch::kShared) {
+    if (shared_model.is_empty() || tokenizer == nullptr)
+      throw std::logic_error("ImageTrack: arch shared needs the AR track's unified model and tokenizer");
+    const auto prompts = class_prompts(*tokenizer, im.model.num_classes);
+    flow_ = std::make_unique<models::UnifiedFlow>(shared_model, prompts);
+    if (im.algo.kl.coef > 0) reference_ = std::make_unique<models::UnifiedFlow>(frozen_copy(*shared_model), prompts);
+  } else {
+    flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
+    if (im.algo.kl.coef > 0) {
+      reference_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
+      for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+    }
+  }
+  refresh_reference();
+  if (im.reward.kind == "command") {
+    command_reward_ = rewards::make_reward("command", im.reward.command, im.reward.timeout_s);
+  } else {
+    rewards::ImageRewardOptions ro;
+    ro.image_size = im.model.image_size, ro.channels = im.model.channels, ro.num_classes = im.model.num_classes;
+    reward_ = rewards::make_image_reward(im.reward.kind, ro);
+  }
+  geometry_ = resolve_geometry(config.train, im.micro_batch_size, im.max_tokens_per_micro, im.loss_agg_mode);
+  train_timesteps_ =
+      std::max<int64_t>(1, std::llround(static_cast<double>(im.sampler.steps) * im.sampler.timestep_fraction));
+}
+
+ImageTrack::~ImageTrack() = default;
+
+std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between,
+                                                    int64_t between_steps) {
+  const ImagePretrainConfig& p = config_.tracks.image.pretrain;
+  const std::string weights = p.path ? *p.path + "/model.safetensors" : "";
+  const std::string record = p.path ? *p.path + "/pretrain.json" : "";
+  std::optional<int64_t> loaded;
+  if (p.path && fs::exists(weights)) {
+    load_file(*flow_, weights);
+    loaded = 0;
+    if (fs::exists(record)) {
+      std::ifstream in(record);
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object() ||
+          (j.contains("text_warmstart_steps") && !j["text_warmstart_steps"].is_number_integer()))
+        throw UserError(record +
+                        ": not the JSON object tandem pretrain-flow writes ({\"flow_steps\": N, "
+                        "\"text_warmstart_steps\": M}); remove it or pretrain again");
+      loaded = j.value("text_warmstart_steps", int64_t{0});
+    }
+    spdlog::info("image: pretrained {} loaded from {}", shared() ? "shared model" : "flow", weights);
+  } else if (fresh_start && p.steps > 0) {
+    const FlowPretrainSummary s = pretrain_flow(*flow_, config_, *comms_.dp, *comms_.grad, p.path, between);
+    spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
+    if (p.path && comms_.world->rank() == 0)
+      std::ofstream(record) << nlohmann::json{{"flow_steps", p.steps}, {"text_warmstart_steps", between_steps}}.dump()
+                            << "\n";
+  }
+  refresh_reference();
+  return loaded;
+}
+
+bool ImageTrack::pretrain(bool fresh, Track* text) {
+  const int64_t warm_steps = text ? text->warmstart_steps() : 0;
+  if (!shared() || warm_steps == 0) {
+    pretrain_or_load(fresh);
+    return false;
+  }
+  const int64_t flow_steps = std::max<int64_t>(1, config_.tracks.image.pretrain.steps);
+  int64_t text_done = 0;
+  const std::optional<int64_t> loaded = pretrain_or_load(
+      fresh,
+      [&](int64_t i) {
+        for (const int64_t due = (i + 1) * warm_steps / flow_steps; text_done < due;) text->warmstart_step(text_done++);
+      },
+      warm_steps);
+  if (!loaded) return fresh && config_.tracks.image.pretrain.steps > 0;
+  if (*loaded == warm_steps) {
+    spdlog::info("warmstart: skipped, the loaded shared model holds its {} steps", warm_steps);
+    return true;
+  }
+  spdlog::info(
+      "warmstart: the loaded shared model holds {} text steps, the recipe asks {}: running them on the "
+      "loaded weights",
+      *loaded, warm_steps);
+  return false;
+}
+
+std::string ImageTrack::write_samples(const std::string& run_dir, int64_t completed) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%06lld.png", static_cast<long long>(completed));
+  const std::string path = run_dir + "/samples/" + name;
+  const double accuracy = write_sample_grid(path);
+  return fmt::format("samples: {} (+ .json: prompts; shape classifier agrees with {:.0f}% of cells)", path,
+                     100 * accuracy);
+}
+
+void ImageTrack::refresh_reference() {
+  if (!reference_) return;
+  torch::NoGradGuard no_grad;
+  const auto src = flow_->named_tensors();
+  reference_->load_tensors(src, "the image policy");
+}
+
+std::vector<double> ImageTrack::score(const torch::Tensor& images, const std::vector<int64_t>& labels,
+                                      const std::vector<int64_t>& ids) {
+  if (reward_) return reward_->score(images, labels);
+  // External reward: each image as a PNG file; the request's response is its path.
+  const fs::path dir = fs::temp_directory_path() / ("tandem_images_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<rewards::RewardInput> inputs;
+  for (int64_t i = 0; i < images.size(0); ++i) {
+    const std::string path = (dir / (std::to_string(ids[i]) + ".png")).string();
+    write_png_grid(path, images.slice(0, i, i + 1), 1);
+    inputs.push_back({tasks::shape_name(labels[i]), path, std::to_string(labels[i]), ids[i]});
+  }
+  auto out = command_reward_->score(inputs);
+  fs::remove_all(dir);
+  return out;
+}
+
+void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> labels, ids, slots;
+  std::vector<models::NoiseKey> keys;
+  for (int64_t j = dp_rank_; j < im.rollout.prompts_per_step; j += dp_size_)
+    for (int64_t k = 0; k < im.rollout.group_size; ++k) {
+      labels.push_back(slot_label(config_.run.seed, step, j, im.model.num_classes));
+      keys.push_back({static_cast<uint64_t>(config_.run.seed), step, j, k});
+      ids.push_back(j * im.rollout.group_size + k);
+      slots.push_back(j);
+    }
+  models::SdeSamplerOptions so{im.sampler.steps, im.sampler.noise_level, im.sampler.shift, im.sampler.cfg};
+  std::vector<ImageSample> local;
+  if (!labels.empty()) {
+    const torch::Tensor label_t = torch::tensor(labels, torch::kInt64).to(device_);
+    const models::SdeRollout r = models::sample_sde(*flow_, label_t, keys, so);
+    metrics["time/generate_s"] = seconds_since(t0);
+    const auto t1 = std::chrono::steady_clock::now();
+    const torch::Tensor images = r.latents.select(1, im.sampler.steps).to(torch::kCPU);  // (B, C, H, W)
+    const std::vector<double> rewards = score(images, labels, ids);
+    metrics["time/reward_s"] = seconds_since(t1);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      ImageSample s;
+      s.latents = r.latents[i].to(torch::kCPU);
+      s.log_probs = r.log_probs[i].to(torch::kCPU);
+      s.sigmas = r.sigmas.to(torch::kCPU);
+      s.class_label = labels[i];
+      s.group_id = slots[i];
+      s.index = ids[i];
+      s.reward = rewards[i];
+      s.train_timesteps = pick_timesteps(models::noise_seed(keys[i]) ^ 0x7157ULL, im.sampler.steps, train_timesteps_);
+      local.push_back(std::move(s));
+    }
+  }
+  {
+    MetricReduction r;
+    add_reward_sums(local, r);
+    r.reduce(*comms_.dp);
+    write_reward_metrics(r, metrics);  // rollout/samples: every rank's, the image track's throughput unit
+  }
+  std::vector<double> rs;
+  std::vector<int64_t> gs;
+  for (const auto& s : local) rs.push_back(s.reward), gs.push_back(s.group_id);
+  AdvantageOptions ao;
+  ao.clip = im.algo.adv_clip_max;
+  const torch::Tensor adv = grpo_advantages(torch::tensor(rs, torch::kFloat64), torch::tensor(gs, torch::kInt64), ao);
+  for (size_t i = 0; i < local.size(); ++i) local[i].advantage = adv[i].item<double>();
+
+  const auto t2 = std::chrono::steady_clock::now();
+  std::vector<SampleCost> costs;
+  for (const auto& s : local) costs.push_back({image_tokens_per_sample(im.model), train_timesteps_, s.group_id});
+  ScheduleOptions sch;
+  sch.dp = dp_size_;
+  sch.num_mini_batches = config_.train.num_mini_batches;
+  sch.micro_batch_size = geometry_.micro_batch_size;
+  sch.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  StepPlan<ImageSample> plan = plan_and_exchange(local, costs, sch, *comms_.dp);
+  directory_ = std::move(plan.directory), schedule_ = std::move(plan.schedule), mine_ = std::move(plan.mine);
+  metrics["schedule/micros"] = static_cast<double>(schedule_stats(schedule_, directory_.costs, sch).micros);
+  metrics["geometry/micro_batch_size"] = static_cast<double>(geometry_.micro_batch_size.value_or(0));
+  metrics["geometry/max_tokens_per_micro"] = static_cast<double>(geometry_.max_tokens_per_micro.value_or(0));
+  metrics["time/exchange_s"] = seconds_since(t2);
+
+  const auto t3 = std::chrono::steady_clock::now();
+  old_logp_.clear();
+  old_slices_.clear();
+  ref_mean_.clear();
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& mini : schedule_.minis) {
+      old_logp_.emplace_back();
+      old_slices_.emplace_back();
+      ref_mean_.emplace_back();
+      for (const auto& micro : mini.ranks[dp_rank_].micros) {
+        const auto samples = micro_samples(micro);
+        std::vector<torch::Tensor> cols;
+        ref_mean_.back().emplace_back();
+        for (int64_t k = 0; k < train_timesteps_; ++k) {
+          if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*flow_, samples, k).log_prob);
+          if (reference_) ref_mean_.back().back().push_back(transition(*reference_, samples, k).mean);
+        }
+        old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
+        old_slices_.back().push_back(ids_of(samples));
+      }
+    }
+    if (hooks_.old_logp_micro_batch_size && im.algo.old_logp == OldLogp::kRecompute) recompute_old_logp_for_test();
+  }
+  metrics["time/old_logp_s"] = seconds_since(t3);
+  loss_sum_ = kl_sum_ = first_ratio_dev_ = ratio_dev_ = 0;
+  stats_ = PolicyStats{};
+}
+
+void ImageTrack::check_old_logp_slice(int64_t mini, size_t micro,
+                                      const std::vector<const ImageSample*>& samples) const {
+  const std::vector<int64_t> ids = ids_of(samples);
+  const std::vector<int64_t>& old = old_slices_.at(static_cast<size_t>(mini)).at(micro);
+  if (ids == old) return;
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string out;
+    for (int64_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+    return "[" + out + "]";
+  };
+  throw std::logic_error("image track: the old log-probs of mini-batch " + std::to_string(mini) + " micro " +
+                         std::to_string(micro) + " were computed in the micro " + list(old) +
+                         ", not in the training micro " + list(ids) +
+                         "; old log-probs must come from exactly the training slices or the first ratio is not 1");
+}
+
+void ImageTrack::recompute_old_logp_for_test() {
+  // This rank's samples of each mini-batch, cut into micros of the other size.
+  const auto size = static_cast<size_t>(*hooks_.old_logp_micro_batch_size);
+  std::map<int64_t, torch::Tensor> row;                 // sample id -> (T) old log-probs
+  std::map<int64_t, std::vector<int64_t>> computed_in;  // sample id -> the other micro's ids
+  for (const auto& mini : schedule_.minis) {
+    std::vector<const ImageSample*> all;
+    for (const auto& micro : mini.ranks[dp_rank_].micros)
+      for (const auto* s : micro_samples(micro)) all.push_back(s);
+    for (size_t first = 0; first < all.size(); first += size) {
+      const std::vector<const ImageSample*> samples(
+          all.begin() + static_cast<long>(first), all.begin() + static_cast<long>(std::min(all.size(), first + size)));
+      std::vector<torch::Tensor> cols;
+      for (int64_t k = 0; k < train_timesteps_; ++k) cols.push_back(transition(*flow_, samples, k).log_prob);
+      const torch::Tensor t = torch::stack(cols, 1);  // (B, T)
+      const std::vector<int64_t> ids = ids_of(samples);
+      for (size_t i = 0; i < samples.size(); ++i)
+        row[samples[i]->index] = t[static_cast<int64_t>(i)], computed_in[samples[i]->index] = ids;
+    }
+  }
+  for (size_t mi = 0; mi < schedule_.minis.size(); ++mi) {
+    const auto& micros = schedule_.minis[mi].ranks[dp_rank_].micros;
+    for (size_t m = 0; m < micros.size(); ++m) {
+      const auto samples = micro_samples(micros[m]);
+      if (samples.empty()) continue;
+      std::vector<torch::Tensor> rows;
+      for (const auto* s : samples) rows.push_back(row.at(s->index));
+      old_logp_[mi][m] = torch::stack(rows);  // (B, T)
+      old_slices_[mi][m] = computed_in.at(samples.front()->index);
+    }
+  }
+}
+
+std::vector<const ImageSample*> ImageTrack::micro_samples(const MicroBatch& micro) const {
+  return samples_of(micro, directory_, mine_);
+}
+
+ImageTrack::Transition ImageTrack::transition(models::FlowModel& model, const std::vector<const ImageSample*>& samples,
+                                              size_t k) const {
+  const SamplerConfig& sc = config_.tracks.image.sampler;
+  std::vector<torch::Tensor> x, x_next;
+  std::vector<double> sigma, sigma_next;
+  std::vector<int64_t> labels;
+  for (const ImageSample* s : samples) {
+    const int64_t t = s->train_timesteps[k];
+    x.push_back(s->latents[t]);
+    x_next.push_back(s->latents[t + 1]);
+    sigma.push_back(s->sigmas[t].item<double>());
+    sigma_next.push_back(s->sigmas[t + 1].item<double>());
+    labels.push_back(s->class_label);
+  }
+  const double sigma_max = samples.front()->sigmas[1].item<double>();
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  const auto r = models::transition_log_prob(model, torch::stack(x).to(device_), torch::stack(x_next).to(device_),
+                                             torch::tensor(sigma, opts), torch::tensor(sigma_next, opts),
+                                             torch::tensor(labels, torch::kInt64).to(device_), sc.noise_level,
+                                             sigma_max, sc.cfg, config_.tracks.image.algo.cfg_grad == CfgGrad::kFull);
+  return {r.log_prob, r.mean, r.std_dev_t};
+}
+
+void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& micros = schedule_.minis[mini].ranks[dp_rank_].micros;
+  PolicyLossOptions po;
+  po.clip_low = po.clip_high = im.algo.clip_range;
+  po.clip_c.reset();
+  loss_finite_ = true;
+  for (size_t m = 0; m < micros.size(); ++m) {
+    const auto samples = micro_samples(micros[m]);
+    const int64_t b = static_cast<int64_t>(samples.size());
+    if (im.algo.old_logp == OldLogp::kRecompute && !hooks_.skip_slice_guard) check_old_logp_slice(mini, m, samples);
+    std::vector<double> adv_v;
+    for (const auto* s : samples) adv_v.push_back(s->advantage);
+    const torch::Tensor ones = torch::ones({b}, torch::kFloat64);
+    const torch::Tensor idx = torch::arange(b, torch::kInt64);
+    const torch::Tensor seq_tokens = torch::full({b}, static_cast<double>(train_timesteps_), torch::kFloat64);
+    for (int64_t k = 0; k < train_timesteps_; ++k) {
+      const Transition tr = transition(*flow_, samples, k);
+      const torch::Tensor logp = tr.log_prob.to(torch::kCPU).to(torch::kFloat64);  // (B)
+      torch::Tensor old;
+      if (im.algo.old_logp == OldLogp::kRecompute)
+        old = old_logp_[mini][m].select(1, k);
+      else if (im.algo.old_logp == OldLogp::kReuse)
+        old = logp.detach();
+      else {
+        std::vector<double> o;
+        for (const auto* s : samples) o.push_back(s->log_probs[s->train_timesteps[k]].item<double>());
+        old = torch::tensor(o, torch::kFloat64);
+      }
+      const torch::Tensor adv = torch::tensor(adv_v, torch::kFloat64);
+      const PolicyLoss pl = policy_loss(logp, old, adv, ones, idx, po);
+      torch::Tensor per_sample = pl.loss;  // (B)
+      if (reference_) {
+        const torch::Tensor ref = ref_mean_[mini][m][k];
+        const torch::Tensor kl = ((tr.mean - ref).pow(2).flatten(1).mean(1) / (2 * tr.std_dev.pow(2)))
+                                     .to(torch::kCPU)
+                                     .to(torch::kFloat64);  // (B)
+        per_sample = per_sample + im.algo.kl.coef * kl;
+        kl_sum_ += kl.sum().item<double>();
+      }
+      const AggregatedLoss agg =
+          aggregate_loss(per_sample, ones, idx, geometry_.loss_agg_mode, micros[m].denominators, seq_tokens);
+      if (agg.loss.requires_grad()) (agg.loss * weight).backward();
+      after_backward();
+      loss_sum_ += agg.loss.item<double>();
+      loss_finite_ = loss_finite_ && std::isfinite(agg.loss.item<double>());
+      const PolicyStats st = policy_stats(pl, logp, old, ones);
+      stats_.tokens += st.tokens, stats_.clipped += st.clipped, stats_.approx_kl_sum += st.approx_kl_sum;
+      const double dev = (pl.ratio.detach() - 1).abs().max().item<double>();
+      ratio_dev_ = std::max(ratio_dev_, dev);
+      if (mini == 0 && k == 0) first_ratio_dev_ = std::max(first_ratio_dev_, dev);
+    }
+  }
+  metrics["time/train_s"] += seconds_since(t0);
+}
+
+void ImageTrack::finish(MetricMap& metrics) {
+  MetricReduction r;
+  r.sum("loss", loss_sum_);
+  r.sum("transitions", stats_.tokens);
+  r.sum("clipped", stats_.clipped);
+  r.sum("approx_kl", stats_.approx_kl_sum);
+  r.sum("kl", kl_sum_);
+  r.max("first_ratio_dev", first_ratio_dev_);
+  r.max("ratio_dev", ratio_dev_);
+  r.reduce(*comms_.dp);
+  metrics["loss"] = r["loss"] / static_cast<double>(schedule_.minis.size());
+  metrics["pg/clipfrac"] = r.ratio("clipped", "transitions");
+  metrics["pg/approx_kl"] = r.ratio("approx_kl", "transitions");
+  if (reference_) metrics["kl"] = r.ratio("kl", "transitions");
+  metrics["pg/first_ratio_max_dev"] = r["first_ratio_dev"];
+  metrics["pg/ratio_max_dev"] = r["ratio_dev"];
+  metrics["train/transitions"] = r["transitions"];
+}
+
+void ImageTrack::save(const std::string& dir) {
+  if (comms_.world->rank() != 0) return;
+  if (shared() && !reference_) return;
+  fs::create_directories(dir + "/image_model");
+  // A shared model is the AR track's, saved there (ar_model/).
+  if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
+  // The KL reference is the starting policy; it is saved so a resume keeps the same one.
+  if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", reference_->named_tensors());
+}
+
+void ImageTrack::load(const std::string& dir) {
+  if (!shared()) load_file(*flow_, dir + "/image_model/model.safetensors");
+  if (reference_) load_file(*reference_, dir + "/image_model/reference.safetensors");
+}
+
+double ImageTrack::write_sample_grid(const std::string& path) {
+  const ImageTrackConfig& im = config_.tracks.image;
+  std::vector<int64_t> labels;
+  std::vector<models::NoiseKey> keys;
+  for (int64_t row = 0; row < 4; ++row)
+    for (int64_t c = 0; c < im.model.num_classes; ++c) {
+      labels.push_back(c);
+      keys.push_back({static_cast<uint64_t>(config_.run.seed), -1, c, row});  // fixed across the run
+    }
+  models::OdeSamplerOptions o{im.sampler.eval_steps, im.sampler.shift, im.sampler.cfg};
+  torch::NoGradGuard no_grad;
+  const torch::Tensor images =  // (4K, C, H, W)
+      models::sample_ode(*flow_, torch::tensor(labels, torch::kInt64).to(device_), keys, o)
+          .to(torch::kCPU)
+          .to(torch::kFloat32);
+  fs::create_directories(fs::path(path).parent_path());
+  write_png_grid(path, images, im.model.num_classes);
+  // What each cell was asked to draw and what the shape classifier sees in it.
+  const std::vector<int64_t> seen =
+      rewards::ShapeClassifier(im.model.image_size, im.model.num_classes).classify(images);
+  nlohmann::json cells = nlohmann::json::array();
+  int64_t right = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    right += seen[i] == labels[i] ? 1 : 0;
+    cells.push_back({{"row", static_cast<int64_t>(i) / im.model.num_classes},
+                     {"column", static_cast<int64_t>(i) % im.model.num_classes},
+                     {"prompt", shared() ? class_prompt_text(labels[i]) : "class " + std::to_string(labels[i])},
+                     {"class", tasks::shape_name(labels[i])},
+                     {"classified_as", tasks::shape_name(seen[i])}});
+  }
+  const double accuracy = static_cast<double>(right) / static_cast<double>(labels.size());
+  const std::string json_path = fs::path(path).replace_extension(".json").string();
+  std::ofstream(json_path) << nlohmann::json{{"image", fs::path(path).filename().string()},
+                                             {"columns", im.model.num_classes},
+                                             {"shape_class_accuracy", accuracy},
+                                             {"cells", cells}}
+                                  .dump(2)
+                           << "\n";
+  return accuracy;
+}
+
+}  // namespace tandem

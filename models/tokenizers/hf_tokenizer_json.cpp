@@ -1,0 +1,283 @@
+// Reads a Hugging Face tokenizer.json (+ tokenizer_config.json) into a BpeSpec, checking every
+// field it uses so a malformed, truncated or unsupported file is one UserError naming the file
+// and the JSON path, never a crash.
+#include <spdlog/spdlog.h>
+#include <atomic>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "models/tokenizers/bpe_tokenizer.h"
+#include "models/tokenizers/tokenizer.h"
+
+namespace tandem::models {
+namespace {
+
+using nlohmann::json;
+
+// The pre-split pattern of GPT-2, used by ByteLevel when use_regex is true.
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw UserError(source_ + ": " + (path.empty() ? "" : path + ": ") + what);
+  }
+
+  // The member, or nullptr when it is absent or null.
+  const json* optional(const json& object, const char* key) const {
+    const auto it = object.find(key);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+  }
+  const json& required(const json& object, const char* key, const std::string& path) const {
+    const json* v = optional(object, key);
+    if (!v) fail(join(path, key), "missing");
+    return *v;
+  }
+  const json& object(const json& v, const std::string& path) const {
+    if (!v.is_object()) fail(path, std::string("expected an object, got ") + v.type_name());
+    return v;
+  }
+  const json& array(const json& v, const std::string& path) const {
+    if (!v.is_array()) fail(path, std::string("expected an array, got ") + v.type_name());
+    return v;
+  }
+  std::string string(const json& v, const std::string& path) const {
+    if (!v.is_string()) fail(path, std::string("expected a string, got ") + v.type_name());
+    return v.get<std::string>();
+  }
+  bool boolean(const json& v, const std::string& path) const {
+    if (!v.is_boolean()) fail(path, std::string("expected true or false, got ") + v.type_name());
+    return v.get<bool>();
+  }
+  int64_t integer(const json& v, const std::string& path) const {
+    if (!v.is_number_integer()) fail(path, std::string("expected an integer, got ") + v.type_name());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) fail(path, "too large");
+    return v.get<int64_t>();
+  }
+  bool flag(const json& object, const char* key, const std::string& path, bool fallback) const {
+    const json* v = optional(object, key);
+    return v ? boolean(*v, join(path, key)) : fallback;
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+  static std::string index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+ private:
+  std::string source_;
+};
+
+json parse_json(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep the position and reason.
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
+    throw UserError(source + ": not valid JSON: " + what);
+  }
+}
+
+void read_model(const Reader& r, const json& root, BpeSpec& spec) {
+  const json& model = r.object(r.required(root, "model", ""), "model");
+  const json* type = r.optional(model, "type");
+  const std::string kind = type ? r.string(*type, "model.type") : (r.optional(model, "merges") ? "BPE" : "?");
+  if (kind != "BPE")
+    r.fail("model.type", "'" + kind + "' is not supported; tandem reads byte-level BPE tokenizers only");
+  if (r.flag(model, "byte_fallback", "model", false))
+    r.fail("model.byte_fallback", "byte fallback (SentencePiece-style BPE) is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const json* v = r.optional(model, key); v && !r.string(*v, Reader::join("model", key)).empty())
+      r.fail(Reader::join("model", key), "a non-empty value is not supported by byte-level BPE");
+  if (const json* v = r.optional(model, "dropout")) {
+    if (!v->is_number()) r.fail("model.dropout", std::string("expected a number, got ") + v->type_name());
+    if (v->get<double>() != 0.0)
+      r.fail("model.dropout", "BPE dropout is not supported (encoding must be deterministic)");
+  }
+  spec.ignore_merges = r.flag(model, "ignore_merges", "model", false);
+  if (const json* v = r.optional(model, "unk_token")) spec.unk_token = r.string(*v, "model.unk_token");
+
+  const json& vocab = r.object(r.required(model, "vocab", "model"), "model.vocab");
+  spec.vocab.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    spec.vocab.emplace_back(it.key(), r.integer(it.value(), "model.vocab['" + it.key() + "']"));
+
+  const json& merges = r.array(r.required(model, "merges", "model"), "model.merges");
+  spec.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    const std::string path = Reader::index("model.merges", i);
+    if (m.is_string()) {
+      // "a b": byte-level spellings never contain a plain space, so exactly one separates the parts.
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || space == 0 || space + 1 == s.size() ||
+          s.find(' ', space + 1) != std::string::npos)
+        r.fail(path, "expected \"left right\" (two tokens separated by one space), got '" + s + "'");
+      spec.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
+    } else if (m.is_array() && m.size() == 2) {
+      spec.merges.emplace_back(r.string(m[0], Reader::index(path, 0)), r.string(m[1], Reader::index(path, 1)));
+    } else {
+      r.fail(path, "expected \"left right\" or [\"left\", \"right\"]");
+    }
+  }
+}
+
+void read_added_tokens(const Reader& r, const json& root, BpeSpec& spec) {
+  const json* added = r.optional(root, "added_tokens");
+  if (!added) return;
+  r.array(*added, "added_tokens");
+  for (size_t i = 0; i < added->size(); ++i) {
+    const std::string path = Reader::index("added_tokens", i);
+    const json& t = r.object((*added)[i], path);
+    AddedToken token;
+    token.id = r.integer(r.required(t, "id", path), Reader::join(path, "id"));
+    token.content = r.string(r.required(t, "content", path), Reader::join(path, "content"));
+    token.special = r.flag(t, "special", path, false);
+    token.single_word = r.flag(t, "single_word", path, false);
+    token.lstrip = r.flag(t, "lstrip", path, false);
+    token.rstrip = r.flag(t, "rstrip", path, false);
+    spec.added.push_back(std::move(token));
+  }
+}
+
+// A literal split string as a PCRE2 pattern: every ASCII non-alphanumeric gets a backslash.
+std::string escape_literal(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80 && !std::isalnum(u)) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+SplitBehavior read_behavior(const Reader& r, const json& v, const std::string& path) {
+  const std::string s = r.string(v, path);
+  if (s == "Isolated") return SplitBehavior::kIsolated;
+  if (s == "Removed") return SplitBehavior::kRemoved;
+  if (s == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (s == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+  if (s == "Contiguous") return SplitBehavior::kContiguous;
+  r.fail(path, "'" + s + "' is not one of Isolated|Removed|MergedWithPrevious|MergedWithNext|Contiguous");
+}
+
+// Appends the stages of one pre-tokenizer; returns whether it contained a ByteLevel.
+bool read_pre_tokenizer(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
+  if (depth > 8) r.fail(path, "pre-tokenizers are nested too deeply");
+  r.object(node, path);
+  const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
+  if (type == "Sequence") {
+    const std::string list_path = Reader::join(path, "pretokenizers");
+    const json& list = r.array(r.required(node, "pretokenizers", path), list_path);
+    bool byte_level = false;
+    for (size_t i = 0; i < list.size(); ++i)
+      byte_level = read_pre_tokenizer(r, list[i], Reader::index(list_path, i), spec, depth + 1) || byte_level;
+    return byte_level;
+  }
+  if (type == "ByteLevel") {
+    const bool prefix = r.boolean(r.required(node, "add_prefix_space", path), Reader::join(path, "add_prefix_space"));
+    if (prefix) spec.stages.push_back({PreTokenizerStage::Kind::kPrefixSpace, "", path});
+    if (r.flag(node, "use_regex", path, true))
+      spec.stages.push_back({PreTokenizerStage::Kind::kRegexSplit, kGpt2Pattern, path + " (GPT-2 pattern)"});
+    return true;
+  }
+  if (type == "Split") {
+    const std::string pattern_path = Reader::join(path, "pattern");
+    const json& pattern = r.object(r.required(node, "pattern", path), pattern_path);
+    PreTokenizerStage stage;
+    stage.where = pattern_path;
+    if (const json* regex = r.optional(pattern, "Regex")) {
+      stage.pattern = r.string(*regex, Reader::join(pattern_path, "Regex"));
+    } else if (const json* literal = r.optional(pattern, "String")) {
+      stage.pattern = escape_literal(r.string(*literal, Reader::join(pattern_path, "String")));
+    } else {
+      r.fail(pattern_path, "expected {\"Regex\": ...} or {\"String\": ...}");
+    }
+    stage.behavior = read_behavior(r, r.required(node, "behavior", path), Reader::join(path, "behavior"));
+    stage.invert = r.flag(node, "invert", path, false);
+    spec.stages.push_back(std::move(stage));
+    return false;
+  }
+  r.fail(Reader::join(path, "type"), "pre-tokenizer '" + type + "' is not supported (ByteLevel, Split, Sequence)");
+}
+
+void read_normalizer(const Reader& r, const json& root) {
+  const json* node = r.optional(root, "normalizer");
+  if (!node) return;
+  r.object(*node, "normalizer");
+  const std::string type = r.string(r.required(*node, "type", "normalizer"), "normalizer.type");
+  bool nfc = type == "NFC";
+  if (type == "Sequence") {
+    const json& list = r.array(r.required(*node, "normalizers", "normalizer"), "normalizer.normalizers");
+    nfc = true;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = Reader::index("normalizer.normalizers", i);
+      const json& item = r.object(list[i], path);
+      nfc = nfc && r.string(r.required(item, "type", path), Reader::join(path, "type")) == "NFC";
+    }
+  }
+  if (!nfc) r.fail("normalizer", "'" + type + "' is not supported (only NFC, as Qwen2 uses)");
+  // Qwen2 asks for NFC. Text from models, datasets and keyboards is NFC already, and a Unicode
+  // normalization table is a dependency we do not take, so NFC is assumed rather than applied.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    spdlog::warn("tokenizer: the NFC normalizer is not applied; input text is assumed to be NFC already");
+}
+
+void read_decoder(const Reader& r, const json& root) {
+  const json* node = r.optional(root, "decoder");
+  if (!node) return;
+  r.object(*node, "decoder");
+  const std::string type = r.string(r.required(*node, "type", "decoder"), "decoder.type");
+  if (type != "ByteLevel") r.fail("decoder.type", "'" + type + "' is not supported; expected ByteLevel");
+}
+
+// bos_token / eos_token / pad_token are a string, null, or an AddedToken object with "content".
+std::optional<std::string> read_config_token(const Reader& r, const json& config, const char* key) {
+  const json* v = r.optional(config, key);
+  if (!v) return std::nullopt;
+  if (v->is_object()) return r.string(r.required(*v, "content", key), Reader::join(key, "content"));
+  return r.string(*v, key);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json, const std::string& source,
+                                              const std::string& tokenizer_config_json) {
+  try {
+    const Reader r(source);
+    const json root = parse_json(tokenizer_json, source);
+    r.object(root, "(root)");
+    BpeSpec spec;
+    spec.source = source;
+    read_model(r, root, spec);
+    read_added_tokens(r, root, spec);
+    read_normalizer(r, root);
+    const json* pre = r.optional(root, "pre_tokenizer");
+    if (!pre || !read_pre_tokenizer(r, *pre, "pre_tokenizer", spec, 0))
+      r.fail("pre_tokenizer", "no ByteLevel pre-tokenizer; tandem reads byte-level BPE tokenizers only");
+    read_decoder(r, root);
+    // post_processor is not read: encode() never adds BOS/EOS, the caller lays out the prompt.
+    if (!tokenizer_config_json.empty()) {
+      const std::string config_source = "tokenizer_config.json beside " + source;
+      const Reader c(config_source);
+      const json config = parse_json(tokenizer_config_json, config_source);
+      c.object(config, "(root)");
+      spec.specials_from_config = true;
+      spec.bos_token = read_config_token(c, config, "bos_token");
+      spec.eos_token = read_config_token(c, config, "eos_token");
+      spec.pad_token = read_config_token(c, config, "pad_token");
+    }
+    return std::make_unique<BpeTokenizer>(std::move(spec));
+  } catch (const json::exception& e) {
+    throw UserError(source + ": " + e.what());  // a shape the checks above did not foresee
+  }
+}
+
+}  // namespace tandem::models

@@ -1,0 +1,62 @@
+// See host_memory.h. mallopt() settings apply to every later malloc / posix_memalign (LibTorch's
+// CPU allocator), so calling this before the first tensor is enough.
+#include "runtime/host_memory.h"
+
+#include <fstream>
+
+#include <cstdlib>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace tandem {
+
+namespace {
+
+HostMemoryPolicy g_applied;
+bool g_ran = false;
+
+}  // namespace
+
+HostMemoryPolicy choose_host_memory_policy(const std::function<std::optional<std::string>(const char*)>& getenv) {
+  if (const auto v = getenv("TANDEM_KEEP_HOST_MEMORY"); v && *v == "0")
+    return {false, "glibc malloc defaults (TANDEM_KEEP_HOST_MEMORY=0)"};
+  for (const char* name : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"})
+    if (getenv(name)) return {false, std::string("malloc as the environment sets it (") + name + ")"};
+  if (const auto v = getenv("GLIBC_TUNABLES"); v && v->find("glibc.malloc.") != std::string::npos)
+    return {false, "malloc as the environment sets it (GLIBC_TUNABLES)"};
+  return {true, "freed host memory kept for reuse (mmap and trim off; TANDEM_KEEP_HOST_MEMORY=0 to disable)"};
+}
+
+const HostMemoryPolicy& keep_freed_host_memory() {
+  if (g_ran) return g_applied;
+  g_ran = true;
+  g_applied = choose_host_memory_policy([](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  });
+#if defined(__GLIBC__)
+  if (g_applied.keep_freed) {
+    // Large blocks then come from the heap; with trimming off a freed one is never handed back.
+    const bool ok =
+        mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, -1) == 1 && mallopt(M_TOP_PAD, 64 << 20) == 1;
+    if (!ok) g_applied = {false, "glibc malloc defaults (mallopt refused the settings)"};
+  }
+#else
+  if (g_applied.keep_freed) g_applied = {false, "the C library's malloc defaults (not glibc)"};
+#endif
+  return g_applied;
+}
+
+std::string host_memory_description() { return g_ran ? g_applied.why : ""; }
+
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // "VmHWM:   123 kB"
+  return 0;
+}
+
+}  // namespace tandem
