@@ -91,6 +91,14 @@ struct TrainArgs {
   std::string resume;
 };
 int run_train(const TrainArgs& args, int argc, char** argv);
+
+struct EvalArgs {
+  std::string checkpoint;   // a checkpoint or run directory, or
+  std::string model;        // a Hugging Face directory (exactly one of the two)
+  std::string config_path;  // the recipe whose eval section runs (default with --checkpoint: its own)
+  std::vector<std::string> overrides;
+};
+int run_eval(const EvalArgs& args, int argc, char** argv);
 int run_pretrain_flow(const TrainArgs& args, int argc, char** argv);
 
 struct GenerateArgs {

@@ -67,6 +67,15 @@ int main(int argc, char** argv) {
   train->add_option("--set", train_args.overrides, "override a recipe key: --set run.steps=10")->take_all();
   train->add_option("--resume", train_args.resume, "auto (latest checkpoint of the run, if any) or a checkpoint dir");
 
+  tandem::app::EvalArgs eval_args;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "the recipe's held-out evaluation alone (mean reward, greedy pass@1, pass@k), under mpirun or not");
+  eval->add_option("--checkpoint", eval_args.checkpoint, "checkpoint or run directory");
+  eval->add_option("--model", eval_args.model, "Hugging Face model directory (instead of --checkpoint)");
+  eval->add_option("--config,-c", eval_args.config_path,
+                   "recipe with the eval section (default with --checkpoint: the checkpoint's recipe)");
+  eval->add_option("--set", eval_args.overrides, "override a recipe key: --set eval.samples_per_prompt=8")->take_all();
+
   tandem::app::TrainArgs pretrain_args;
   CLI::App* pretrain = app.add_subcommand("pretrain-flow", "rectified-flow pretraining of the image policy");
   pretrain->add_option("--config,-c", pretrain_args.config_path, "recipe YAML")->required();
@@ -247,6 +256,7 @@ int main(int argc, char** argv) {
   try {
     if (*check) return run_check_config(check_args, check_world);
     if (*train) return tandem::app::run_train(train_args, argc, argv);
+    if (*eval) return tandem::app::run_eval(eval_args, argc, argv);
     if (*pretrain) return tandem::app::run_pretrain_flow(pretrain_args, argc, argv);
     if (*gen) return tandem::app::run_generate(gen_args);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "core/config/config.h"
 #include "core/config/preflight.h"
+#include "core/run/fault_injection.h"
 #include "core/run/trainer.h"
 #include "core/tracks/rollout_worker.h"
 #include "parallel/communicator.h"
@@ -27,6 +28,8 @@ std::optional<Config> load_checked(const TrainArgs& args, const parallel::MpiRun
   std::string error;
   int code = 0;
   try {
+    if (fault::armed("TANDEM_TEST_FAIL", "startup", mpi.rank()))
+      throw UserError("start-up failure injected on this rank (TANDEM_TEST_FAIL)");
     config = load_config(args.config_path, args.overrides);
     validate(*config, mpi.size());
     if (mpi.rank() == 0) preflight(*config);
@@ -101,8 +104,10 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
     options.resume = args.resume;
     options.local_rank = mpi.local_rank();
     options.local_ranks = mpi.local_size();
-    Trainer(std::move(config), dims, comms, options).run();
-    return 0;
+    const int code = Trainer(std::move(config), dims, comms, options).run();
+    // Rollout ranks wait on the bridge for a next step that will not come: end them with the code.
+    if (code != 0 && rollout_ranks > 0) parallel::MpiRuntime::abort_job(code);
+    return code;
   } catch (const UserError& e) {
     std::cerr << "tandem: error" << (mpi.size() > 1 ? " (rank " + std::to_string(mpi.rank()) + ")" : "") << ": "
               << e.what() << "\n";

@@ -4,7 +4,8 @@
   /usr/bin/python3 scripts/plot_metrics.py RUN_DIR_OR_METRICS_JSONL [OUT.png]
 
 Panels: reward (mean +- std) per track, loss, clip fraction / approx-KL, entropy, grad norm,
-response length, step time split into phases.
+response length, step time split into phases, and the held-out evaluation (eval section): mean
+reward, greedy pass@1 and pass@k, plotted at the steps an evaluation ran.
 """
 import json
 import os
@@ -36,6 +37,11 @@ for t in tracks:
     panels.append((f"{t}: clip / KL", [(f"{t}/pg/clipfrac", "clipfrac"), (f"{t}/pg/approx_kl", "approx KL"),
                                        (f"{t}/kl", "KL to ref")], None))
     panels.append((f"{t}: entropy / length", [(f"{t}/entropy", "entropy"), (f"{t}/response/len_mean", "resp len")], None))
+for t in tracks:
+    eval_keys = sorted({k for r in rows for k in r if k.startswith(f"{t}/eval/") and not k.endswith(("time_s", "prompts", "images"))},
+                       key=lambda k: (not k.endswith("reward_mean"), len(k), k))
+    if eval_keys:
+        panels.append((f"{t}: held-out eval", [(k, k.split("/eval/")[1]) for k in eval_keys], None))
 panels.append(("grad norm", [("grad_norm", "grad norm")], None))
 phase_keys = sorted({k for r in rows for k in r if "/time/" in k and k.endswith("_s")})
 panels.append(("phase time (s)", [(k, k.split("/", 1)[1]) for k in phase_keys] + [("time/step_s", "step")], None))
@@ -47,6 +53,10 @@ for ax, (title, lines, band) in zip(axes.flat, panels):
     for key, label in lines:
         ys = series(key)
         if all(y != y for y in ys):
+            continue
+        if "/eval/" in key:  # evaluations run at some steps only: points where they did
+            pts = [(x, y) for x, y in zip(steps, ys) if y == y]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label, lw=1.2)
             continue
         ax.plot(steps, ys, label=label, lw=1.2)
         if band:

@@ -265,6 +265,15 @@ void validate(const Config& c, int64_t world_size) {
                                            world_size - c.parallel.rollout_ranks);
   }
   validate_async(c);
+  if (c.eval.enabled() && c.tracks.ar.enabled) {
+    const ArDataConfig& d = c.eval.data;
+    require(d.task != "jsonl" || d.path, "eval.data.path",
+            "required when eval.data.task is jsonl (the held-out prompts)");
+    const int64_t new_tokens = c.eval.max_new_tokens.value_or(c.tracks.ar.rollout.max_new_tokens);
+    require(new_tokens < c.tracks.ar.model.max_seq_len, "eval.max_new_tokens",
+            std::to_string(new_tokens) + " leaves no room for a prompt within tracks.ar.model.max_seq_len " +
+                std::to_string(c.tracks.ar.model.max_seq_len));
+  }
   if (c.tracks.ar.enabled) validate_ar(c, dims ? &*dims : nullptr);
   if (c.tracks.image.enabled) validate_image(c);
 }

@@ -18,6 +18,9 @@ struct RunConfig {
   int64_t seed = 1;
   int64_t steps = 100;
   int64_t log_every = 1;
+  // Every log_every steps, samples/step_N.jsonl holds this many of the step's groups as text
+  // (prompt, response, reward, advantage, length). 0: none.
+  int64_t sample_groups = 2;
   int64_t save_every = 50;  // 0: save only at the end
   int64_t keep_last = 3;    // 0: keep every checkpoint
   DType dtype = DType::kFloat32;
@@ -264,12 +267,37 @@ struct TracksConfig {
   ImageTrackConfig image;
 };
 
+// Held-out evaluation (off with every: 0 and at_start: false). The AR track samples
+// samples_per_prompt responses of each of the first max_prompts prompts of `data` (in file order;
+// a synthetic task draws its own held-out stream) at `temperature`, plus one greedy response, and
+// reports the mean reward, the greedy pass@1 and the unbiased pass@k for k = 1..samples_per_prompt,
+// a sample being correct when its reward is >= correct_at. The image track draws
+// image_samples_per_class images of each class from fixed noise (Euler ODE, sampler.eval_steps) and
+// reports their mean reward and a grid. The same prompts and seeds at every evaluation.
+struct EvalImageConfig {
+  int64_t samples_per_class = 4;
+};
+
+struct EvalConfig {
+  int64_t every = 0;      // 0: never during training
+  bool at_start = false;  // also before the first step of a fresh run
+  int64_t samples_per_prompt = 4;
+  double temperature = 1.0;
+  std::optional<int64_t> max_new_tokens;  // null: tracks.ar.rollout.max_new_tokens
+  std::optional<int64_t> max_prompts;     // null: every prompt of a dataset, 64 of a synthetic task
+  double correct_at = 1.0;
+  ArDataConfig data;  // the held-out prompts: the same keys as tracks.ar.data
+  EvalImageConfig image;
+  bool enabled() const { return every > 0 || at_start; }
+};
+
 struct Config {
   RunConfig run;
   ParallelConfig parallel;
   OptimConfig optim;
   TrainConfig train;
   TracksConfig tracks;
+  EvalConfig eval;
 };
 
 // A track's micro geometry after per-track overrides fall back to train.*.

@@ -34,6 +34,7 @@ void visit(V& v, RunConfig& c) {
   v.field("seed", c.seed, at_least(0));
   v.field("steps", c.steps, at_least(1));
   v.field("log_every", c.log_every, at_least(1));
+  v.field("sample_groups", c.sample_groups, closed(0, 64));
   v.field("save_every", c.save_every, at_least(0, "0 saves only at the end"));
   v.field("keep_last", c.keep_last, at_least(0, "0 keeps every checkpoint"));
   v.field("dtype", c.dtype);
@@ -272,12 +273,31 @@ void visit(V& v, TracksConfig& c) {
 }
 
 template <class V>
+void visit(V& v, EvalImageConfig& c) {
+  v.field("samples_per_class", c.samples_per_class, closed(1, 64));
+}
+
+template <class V>
+void visit(V& v, EvalConfig& c) {
+  v.field("every", c.every, at_least(0, "0 evaluates only at_start"));
+  v.field("at_start", c.at_start);
+  v.field("samples_per_prompt", c.samples_per_prompt, closed(1, 1024));
+  v.field("temperature", c.temperature, closed(0, 100));
+  v.field("max_new_tokens", c.max_new_tokens, at_least(1));
+  v.field("max_prompts", c.max_prompts, closed(1, 1000000));
+  v.field("correct_at", c.correct_at, any());
+  v.section("data", c.data);
+  v.section("image", c.image);
+}
+
+template <class V>
 void visit(V& v, Config& c) {
   v.section("run", c.run);
   v.section("parallel", c.parallel);
   v.section("optim", c.optim);
   v.section("train", c.train);
   v.section("tracks", c.tracks);
+  v.section("eval", c.eval);
 }
 
 }  // namespace tandem::schema

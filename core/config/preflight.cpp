@@ -65,30 +65,32 @@ void check_run_dir(const Config& c, std::vector<std::string>& done) {
   done.push_back("run directory: " + run_dir.string() + (fs::exists(run_dir, ec) ? " (exists)" : " (can be created)"));
 }
 
-void check_data(const Config& c, const PromptFormat& format, std::vector<std::string>& done) {
+// `data` (tracks.ar.data or eval.data, named by `key`): every line parses with its keys, every
+// reference answer is usable by the reward, every prompt plus `new_tokens` fits max_seq_len.
+void check_data(const Config& c, const ArDataConfig& data, const std::string& key, const PromptFormat& format,
+                int64_t new_tokens, std::vector<std::string>& done) {
   const ArTrackConfig& ar = c.tracks.ar;
-  if (ar.data.task != "jsonl" || !ar.data.path) return;
-  const std::string& path = *ar.data.path;
-  const std::vector<tasks::Prompt> prompts = tasks::load_jsonl_prompts(path, ar.data.prompt_key, ar.data.answer_key);
+  if (data.task != "jsonl" || !data.path) return;
+  const std::string& path = *data.path;
+  const std::vector<tasks::Prompt> prompts = tasks::load_jsonl_prompts(path, data.prompt_key, data.answer_key);
   int64_t longest = 0;
   for (const tasks::Prompt& p : prompts) {
     const std::string where = path + ":" + std::to_string(p.id + 1);  // id = line - 1
-    if (!ar.data.answer_key.empty()) {
+    if (!data.answer_key.empty()) {
       const std::string why = rewards::reference_problem(ar.reward.kind, p.answer);
       if (!why.empty())
-        throw UserError(where + ": " + why + " (key '" + ar.data.answer_key + "', tracks.ar.reward.kind " +
+        throw UserError(where + ": " + why + " (key '" + data.answer_key + "', tracks.ar.reward.kind " +
                         ar.reward.kind + ")");
     }
     const auto n = static_cast<int64_t>(format.encode(p.text).size());
     longest = std::max(longest, n);
-    if (n + ar.rollout.max_new_tokens > ar.model.max_seq_len)
+    if (n + new_tokens > ar.model.max_seq_len)
       throw UserError(where + ": the prompt is " + std::to_string(n) + " tokens" +
-                      (format.templated() ? " with the chat template" : "") +
-                      "; with tracks.ar.rollout.max_new_tokens " + std::to_string(ar.rollout.max_new_tokens) +
-                      " it exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len) +
+                      (format.templated() ? " with the chat template" : "") + "; with " + std::to_string(new_tokens) +
+                      " new tokens it exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len) +
                       "; shorten it or raise max_seq_len");
   }
-  done.push_back("data: " + path + ", " + std::to_string(prompts.size()) + " prompts, longest " +
+  done.push_back(key + ": " + path + ", " + std::to_string(prompts.size()) + " prompts, longest " +
                  std::to_string(longest) + " tokens, every reference answer usable by " + ar.reward.kind);
 }
 
@@ -113,7 +115,14 @@ void check_ar(const Config& c, std::vector<std::string>& done) {
         "tracks.ar.tokenizer: no end-of-sequence token (tokenizer eos_token, chat template eos_token or "
         "the model's eos_token_id): every response would run to max_new_tokens; use a tokenizer with one");
   done.push_back("tokenizer: " + std::to_string(tokenizer->vocab_size()) + " ids; " + format.describe());
-  check_data(c, format, done);
+  check_data(c, ar.data, "data", format, ar.rollout.max_new_tokens, done);
+  if (c.eval.enabled()) {
+    ArTrackConfig held_out = ar;
+    held_out.data = c.eval.data;
+    const PromptFormat eval_format(prompt_format_options(held_out), *tokenizer);
+    check_data(c, c.eval.data, "eval data", eval_format, c.eval.max_new_tokens.value_or(ar.rollout.max_new_tokens),
+               done);
+  }
   if (ar.rollout.replay_dir && !fs::is_directory(*ar.rollout.replay_dir))
     throw UserError("tracks.ar.rollout.replay_dir: " + *ar.rollout.replay_dir + " is not a directory");
 }

@@ -5,6 +5,10 @@
 //                                          generates <step>)
 //   TANDEM_TEST_NAN_LOSS=<rank>:<step>     the AR loss that rank reports for <step> reads NaN while
 //                                          its gradients stay finite: only the loss check can skip it
+//   TANDEM_TEST_FAIL=startup:<rank>        that rank alone fails its start-up checks (a rank-local error)
+//   TANDEM_TEST_SIGNAL=<phase>:<step>      every rank sends itself SIGTERM in that phase of step index
+//                                          <step>: rollout (before sampling) or optimizer (before the
+//                                          first update), as SLURM would mid-step
 // One header, so every injection point is findable in one place.
 #pragma once
 
@@ -35,6 +39,11 @@ inline void maybe_kill(const std::string& where, int64_t step, const char* who) 
                who);
   std::fflush(nullptr);
   std::raise(SIGKILL);
+}
+
+// TANDEM_TEST_SIGNAL: SIGTERM to this process when armed for (phase, step).
+inline void maybe_signal(const std::string& phase, int64_t step) {
+  if (armed("TANDEM_TEST_SIGNAL", phase, step)) std::raise(SIGTERM);
 }
 
 // TANDEM_TEST_NAN_LOSS for world rank `rank` at `step`.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,7 @@
 #include "core/run/checkpoint_manifest.h"
 #include "core/run/fault_injection.h"
 #include "core/run/rank_runtime.h"
+#include "core/run/stop_signal.h"
 #include "core/tracks/ar_track.h"
 #include "core/tracks/image_track.h"
 #include "runtime/blas_kernel.h"
@@ -319,6 +321,7 @@ struct Trainer::Impl {
     double grad_norm = 0, skipped = 0;
     const int64_t minis = config.train.num_mini_batches;
     for (int64_t mini = 0; mini < minis; ++mini) {
+      if (mini == 0) fault::maybe_signal("optimizer", step);
       bool loss_finite = true;
       for (size_t i = 0; i < tracks.size(); ++i) {
         tracks[i]->accumulate(mini, tracks.size() > 1 ? tracks[i]->weight() : 1.0, per_track[i]);
@@ -356,27 +359,69 @@ struct Trainer::Impl {
     }
   }
 
+  // The step's own time (not a running mean), the tracks' figures, grad norm, lr, and the eval's
+  // when one ran.
   void log_progress(int64_t completed, const MetricMap& m, double elapsed_s, int64_t steps_done) {
-    const double per_step = steps_done > 0 ? elapsed_s / steps_done : 0;
-    const double eta = per_step * static_cast<double>(config.run.steps - completed);
     auto get = [&](const std::string& k) {
       auto it = m.find(k);
       return it == m.end() ? 0.0 : it->second;
     };
-    std::string line =
-        fmt::format("step {}/{} | {:.2f} s/step, eta {:.0f} s", completed, config.run.steps, per_step, eta);
+    const double eta = steps_done > 0 ? elapsed_s / steps_done * static_cast<double>(config.run.steps - completed) : 0;
+    std::string line = fmt::format("step {}/{} | {:.2f} s, eta {:.0f} s | grad norm {:.3g} lr {:.3g}", completed,
+                                   config.run.steps, get("time/step_s"), eta, get("grad_norm"), get("lr"));
     for (auto& t : tracks) {
       const std::string n = t->name();
-      line += fmt::format(" | {} reward {:.3f} loss {:+.4f} clip {:.3f} gen {:.2f}s train {:.2f}s", n,
-                          get(n + "/reward/mean"), get(n + "/loss"), get(n + "/pg/clipfrac"),
-                          get(n + "/time/generate_s"), get(n + "/time/train_s"));
-      if (n == "ar")
-        line += fmt::format(" len {:.1f} tok/s {:.0f}", get("ar/response/len_mean"), get("ar/perf/train_tokens_per_s"));
+      line += fmt::format(" | {} reward {:.3f} loss {:+.4f} clip {:.3f}", n, get(n + "/reward/mean"), get(n + "/loss"),
+                          get(n + "/pg/clipfrac"));
+      if (m.count(n + "/entropy")) line += fmt::format(" entropy {:.3f}", get(n + "/entropy"));
+      if (m.count(n + "/kl")) line += fmt::format(" kl {:.4f}", get(n + "/kl"));
+      line += fmt::format(" gen {:.2f}s train {:.2f}s", get(n + "/time/generate_s"), get(n + "/time/train_s"));
+      if (m.count(n + "/response/len_mean"))
+        line +=
+            fmt::format(" len {:.1f} tok/s {:.0f}", get(n + "/response/len_mean"), get(n + "/perf/train_tokens_per_s"));
     }
     spdlog::info("{}", line);
+    log_eval(completed, m);
   }
 
-  void run() {
+  void log_eval(int64_t completed, const MetricMap& m) {
+    std::string line;
+    for (auto& t : tracks) {
+      const std::string p = t->name() + "/eval/";
+      if (!m.count(p + "reward_mean")) continue;
+      line += fmt::format(" | {} reward {:.3f}", t->name(), m.at(p + "reward_mean"));
+      if (m.count(p + "pass@1_greedy")) line += fmt::format(" pass@1 greedy {:.3f}", m.at(p + "pass@1_greedy"));
+      for (int64_t k = 1; m.count(p + "pass@" + std::to_string(k)); k *= 2)  // 1, 2, 4, ...: the curve's shape
+        line += fmt::format(" pass@{} {:.3f}", k, m.at(p + "pass@" + std::to_string(k)));
+      line += fmt::format(" ({:.1f} s)", m.count(p + "time_s") ? m.at(p + "time_s") : 0.0);
+    }
+    if (!line.empty()) spdlog::info("eval after step {}{}", completed, line);
+  }
+
+  // The held-out evaluation of every track after `completed` steps, prefixed (collective).
+  MetricMap evaluate(int64_t completed) {
+    MetricMap out;
+    for (auto& t : tracks)
+      for (const auto& [k, v] : t->evaluate(run_dir, completed)) out[t->name() + "/" + k] = v;
+    return out;
+  }
+
+  // samples/step_NNNNNN.jsonl: rank 0's first run.sample_groups groups of the step, as text.
+  void write_sample_records(int64_t completed) {
+    if (config.run.sample_groups == 0) return;
+    std::string text;
+    for (auto& t : tracks)
+      for (nlohmann::json r : t->sample_records(config.run.sample_groups)) {
+        r["track"] = t->name(), r["step"] = completed;
+        text += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      }
+    if (text.empty()) return;
+    fs::create_directories(run_dir + "/samples");
+    std::ofstream(run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".jsonl") << text;
+  }
+
+  int run() {
+    install_stop_handlers();
     rank0 = comms.world->rank() == 0;
     run_dir = run_directory(config);
     setup_run_dir();
@@ -409,21 +454,41 @@ struct Trainer::Impl {
       for (auto& t : tracks) t->publish_start(start_step);
     if (rank0) metrics = std::make_unique<MetricsWriter>(run_dir, start_step);
     if (rank0 && start_step == 0) write_samples(0);  // what the policy draws before RL
+    if (start_step == 0 && config.eval.at_start) {
+      const MetricMap e = evaluate(0);
+      if (rank0) metrics->write(0, e), log_eval(0, e);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = start_step; s < config.run.steps; ++s) {
-      const MetricMap m = step(s);
+      MetricMap m = step(s);
       const int64_t completed = s + 1;
+      if (config.eval.every > 0 && completed % config.eval.every == 0)
+        for (const auto& [k, v] : evaluate(completed)) m[k] = v;
+      const bool logged = completed % config.run.log_every == 0 || completed == config.run.steps;
       if (rank0) {
         metrics->write(completed, m);
-        if (completed % config.run.log_every == 0 || completed == config.run.steps)
+        if (logged)
           log_progress(completed, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                        completed - start_step);
+        if (logged) write_sample_records(completed);
       }
       if (rank0 && (completed % (config.run.log_every * 10) == 0 || completed == config.run.steps))
         write_samples(completed);
-      if ((config.run.save_every > 0 && completed % config.run.save_every == 0) || completed == config.run.steps)
-        save_checkpoint(completed);
+      const bool saved =
+          (config.run.save_every > 0 && completed % config.run.save_every == 0) || completed == config.run.steps;
+      if (saved) save_checkpoint(completed);
       if (rank0) fault::maybe_kill("after_step", completed, "rank 0");
+      // A stop signal (SIGTERM / SIGUSR1) on any rank: every rank ends after this step, with a
+      // checkpoint. One collective per step; the signal may reach the ranks at different moments.
+      torch::Tensor stop = torch::tensor({static_cast<double>(stop_signal())}, torch::kFloat64);
+      comms.world->all_reduce(stop, parallel::ReduceOp::kMax);
+      if (stop.item<double>() > 0 && completed < config.run.steps) {
+        if (!saved) save_checkpoint(completed);
+        spdlog::warn("stopping after step {} on signal {} ({}): checkpoint {} written; continue with --resume auto",
+                     completed, static_cast<int>(stop.item<double>()), strsignal(static_cast<int>(stop.item<double>())),
+                     CheckpointDir::step_name(completed));
+        return kExitPreempted;
+      }
     }
     torch::Tensor rss = torch::tensor({static_cast<double>(peak_rss_bytes()) / (1 << 30)}, torch::kFloat64);
     rss = comms.world->all_gather(rss);  // (world)
@@ -431,12 +496,13 @@ struct Trainer::Impl {
     for (int64_t r = 0; r < rss.size(0); ++r) per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r].item<double>());
     spdlog::info("done: {} steps; metrics in {}/metrics.jsonl; peak RSS per rank (GiB): {}", config.run.steps, run_dir,
                  per_rank);
+    return 0;
   }
 };
 
 Trainer::Trainer(Config config, const parallel::ParallelDims& dims, TrainerComms comms, TrainOptions options)
     : impl_(std::make_unique<Impl>(std::move(config), dims, comms, std::move(options))) {}
 Trainer::~Trainer() = default;
-void Trainer::run() { impl_->run(); }
+int Trainer::run() { return impl_->run(); }
 
 }  // namespace tandem

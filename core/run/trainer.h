@@ -22,7 +22,8 @@ class Trainer {
  public:
   Trainer(Config config, const parallel::ParallelDims& dims, TrainerComms comms, TrainOptions options);
   ~Trainer();
-  void run();
+  // 0 after the last step; kExitPreempted (stop_signal.h) after a stop signal and its checkpoint.
+  int run();
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "common/regular_file.h"
@@ -40,9 +41,10 @@ std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
   return models::load_hf_tokenizer(*t.path);
 }
 
+// Named by the step the rollout trains, counted as checkpoints count (step index 0 -> step_000001).
 std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "/step_%06lld.dp%lld.bin", static_cast<long long>(step),
+  std::snprintf(buf, sizeof(buf), "/step_%06lld.dp%lld.bin", static_cast<long long>(step + 1),
                 static_cast<long long>(dp_rank));
   return dir + buf;
 }
@@ -95,6 +97,11 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
                ar.model.hf_dir ? *ar.model.hf_dir : "random init", n_params, ar.model.hf_dir ? "loaded" : "built",
                seconds_since(load_start));
   if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
+  if (config.eval.enabled() && !rollout_only) {
+    evaluator_ = std::make_unique<ArEvaluator>(config, *tokenizer_);
+    spdlog::info("eval: {} held-out prompts x {} samples (+ greedy) every {} steps{}", evaluator_->prompt_count(),
+                 config.eval.samples_per_prompt, config.eval.every, config.eval.at_start ? " and at the start" : "");
+  }
   prompts_ = make_ar_prompts(ar.data, config.run.seed);
   reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
   geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
@@ -179,7 +186,7 @@ std::vector<ArSample> ArTrack::replay(int64_t step) {
   // Every rank reads the whole step and keeps its groups, so a dump replays at any dp.
   const std::string dir = *config_.tracks.ar.rollout.replay_dir;
   char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "step_%06lld.", static_cast<long long>(step));
+  std::snprintf(prefix, sizeof(prefix), "step_%06lld.", static_cast<long long>(step + 1));  // as dump_path
   std::vector<ArSample> out;
   bool found = false;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -219,6 +226,41 @@ std::vector<ArSample> ArTrack::replay(int64_t step) {
   if (!found)
     throw UserError("tracks.ar.rollout.replay_dir: no dumped rollout for step " + std::to_string(step) + " in " + dir);
   return out;
+}
+
+void ArTrack::keep_shown(const std::vector<ArSample>& local) {
+  shown_.clear();
+  std::set<int64_t> groups;
+  for (const auto& s : local) {
+    if (static_cast<int64_t>(groups.size()) >= config_.run.sample_groups && !groups.count(s.group_id)) continue;
+    groups.insert(s.group_id);
+    shown_.push_back(s);
+  }
+}
+
+std::vector<nlohmann::json> ArTrack::sample_records(int64_t groups) const {
+  std::vector<nlohmann::json> out;
+  std::set<int64_t> seen;
+  for (const ArSample& s : shown_) {
+    if (static_cast<int64_t>(seen.size()) >= groups && !seen.count(s.group_id)) continue;
+    seen.insert(s.group_id);
+    const std::vector<int64_t> prompt(s.tokens.begin(), s.tokens.begin() + s.prompt_len);
+    const std::vector<int64_t> response(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    out.push_back({{"group", s.group_id},
+                   {"sample", s.index},
+                   {"prompt", tokenizer_->decode(prompt, /*skip_special=*/false)},
+                   {"response", tokenizer_->decode(response, /*skip_special=*/false)},
+                   {"reward", s.reward},
+                   {"advantage", s.advantage},
+                   {"response_tokens", s.response_len()}});
+  }
+  return out;
+}
+
+MetricMap ArTrack::evaluate(const std::string&, int64_t) {
+  if (!evaluator_) return {};
+  torch::NoGradGuard no_grad;
+  return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
 }
 
 int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
@@ -344,11 +386,13 @@ void ArTrack::publish_weights(int64_t version) {
 void ArTrack::prepare(int64_t step, MetricMap& metrics) {
   const ArTrackConfig& ar = config_.tracks.ar;
   step_ = step;
+  fault::maybe_signal("rollout", step);
   if (!comms_.bridge) policy_version_ = step;  // colocated: sampled by the weights about to train
   publish_s_ = 0;
   std::vector<ArSample> local;
   if (config_.train.overlap) {
     local = prepare_overlapped(step, metrics);
+    keep_shown(local);
     rollout_stats(local, metrics);
     schedule_metrics(schedule_options(), metrics);
     outcome_ = MicroOutcome{};
@@ -372,6 +416,7 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
     }
     set_advantages(local);
     if (ar.rollout.dump) dump(step, local);
+    keep_shown(local);
   }
 
   const auto t0 = std::chrono::steady_clock::now();

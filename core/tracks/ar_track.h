@@ -10,6 +10,7 @@
 #include "core/batch/exchange.h"
 #include "core/config/config.h"
 #include "core/config/model_dir.h"
+#include "core/eval/ar_eval.h"
 #include "core/grpo/policy_update.h"
 #include "core/policies/prompt_format.h"
 #include "core/policies/text_policy.h"
@@ -66,6 +67,8 @@ class ArTrack final : public Track {
   std::vector<ArSample> rollout(int64_t step, MetricMap& metrics);
   // Disaggregated rollout (comms.bridge set), train side: the start step, data cursor and weights
   // to the rollout ranks once, then the newest weights as `version` (rollout_bridge.h says when).
+  MetricMap evaluate(const std::string& run_dir, int64_t completed) override;
+  std::vector<nlohmann::json> sample_records(int64_t groups) const override;
   void publish_start(int64_t start_step) override;
   void publish_weights(int64_t version) override;
   double publish_seconds() const { return publish_s_; }  // this step's weight transfers
@@ -86,6 +89,7 @@ class ArTrack final : public Track {
   std::vector<ArSample> prepare_overlapped(int64_t step, MetricMap& metrics);
   std::vector<ArSample> replay(int64_t step);
   int64_t policy_vocab_size() const;
+  void keep_shown(const std::vector<ArSample>& local);
   int64_t ar_prompts_per_step() const;
   void dump(int64_t step, const std::vector<ArSample>& samples) const;
   std::vector<const ArSample*> micro_samples(const MicroBatch& micro) const;
@@ -102,7 +106,9 @@ class ArTrack final : public Track {
   torch::Dtype dtype_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   std::unique_ptr<PromptFormat> format_;
-  std::optional<ModelDir> source_;  // tracks.ar.model.hf_dir (a Llama / Qwen2), for complete checkpoints
+  std::unique_ptr<ArEvaluator> evaluator_;  // the recipe's eval section, when on
+  std::vector<ArSample> shown_;             // the last step's first groups on this rank, for sample_records
+  std::optional<ModelDir> source_;          // tracks.ar.model.hf_dir (a Llama / Qwen2), for complete checkpoints
   std::unique_ptr<TextPolicy> policy_;
   std::unique_ptr<TextPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one

@@ -526,4 +526,51 @@ double ImageTrack::write_sample_grid(const std::string& path) {
   return accuracy;
 }
 
+MetricMap ImageTrack::evaluate(const std::string& run_dir, int64_t completed) {
+  if (!config_.eval.enabled()) return {};
+  const ImageTrackConfig& im = config_.tracks.image;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t rows = config_.eval.image.samples_per_class, classes = im.model.num_classes;
+  // One row (an image of every class) per batch, row r to dp rank r % size: a row's batch is the
+  // same at any dp, so are its images and rewards.
+  torch::Tensor rewards = torch::zeros({rows, classes}, torch::kFloat64);  // (R, K)
+  std::vector<torch::Tensor> mine;                                         // (K, C, H, W) each
+  models::OdeSamplerOptions o{im.sampler.eval_steps, im.sampler.shift, im.sampler.cfg};
+  torch::NoGradGuard no_grad;
+  for (int64_t row = dp_rank_; row < rows; row += dp_size_) {
+    std::vector<int64_t> labels, ids;
+    std::vector<models::NoiseKey> keys;
+    for (int64_t c = 0; c < classes; ++c) {
+      labels.push_back(c), ids.push_back(row * classes + c);
+      keys.push_back({static_cast<uint64_t>(config_.run.seed), -2, c, row});  // fixed across evaluations
+    }
+    const torch::Tensor images =  // (K, C, H, W)
+        models::sample_ode(*flow_, torch::tensor(labels, torch::kInt64).to(device_), keys, o).to(torch::kCPU);
+    const std::vector<double> r = score(images, labels, ids);
+    for (int64_t c = 0; c < classes; ++c) rewards[row][c] = r[static_cast<size_t>(c)];
+    mine.push_back(images.to(torch::kFloat32));
+  }
+  comms_.dp->all_reduce(rewards);
+  // The grid: every rank's rows, back in row order (all_gather_v is rank-major).
+  const torch::Tensor local = mine.empty()
+                                  ? torch::zeros({0, im.model.channels, im.model.image_size, im.model.image_size})
+                                  : torch::cat(mine);        // (r_local K, C, H, W)
+  const torch::Tensor all = comms_.dp->all_gather_v(local);  // (R K, C, H, W)
+  if (comms_.world->rank() == 0) {
+    std::vector<torch::Tensor> ordered(static_cast<size_t>(rows));
+    int64_t at = 0;
+    for (int64_t r = 0; r < dp_size_; ++r)
+      for (int64_t row = r; row < rows; row += dp_size_, at += classes) ordered[row] = all.narrow(0, at, classes);
+    char name[48];
+    std::snprintf(name, sizeof(name), "eval_step_%06lld.png", static_cast<long long>(completed));
+    fs::create_directories(fs::path(run_dir) / "samples");
+    write_png_grid((fs::path(run_dir) / "samples" / name).string(), torch::cat(ordered), classes);
+  }
+  MetricMap m;
+  m["eval/reward_mean"] = rewards.mean().item<double>();
+  m["eval/images"] = static_cast<double>(rows * classes);
+  m["eval/time_s"] = seconds_since(t0);
+  return m;
+}
+
 }  // namespace tandem

@@ -65,6 +65,9 @@ class ImageTrack final : public Track {
   void refresh_reference() override;
   // The grid below at run_dir/samples/step_NNNNNN.png.
   std::string write_samples(const std::string& run_dir, int64_t completed) override;
+  // eval.image: samples_per_class images of every class from fixed noise (Euler ODE), their mean
+  // reward, and their grid at run_dir/samples/eval_step_NNNNNN.png (rank 0).
+  MetricMap evaluate(const std::string& run_dir, int64_t completed) override;
   // Rank-local: an ODE-sampled grid (four rows, a column per class) written as a PNG, with a JSON beside it
   // (same name, .json) holding each cell's prompt and the shape classifier's verdict. Returns the
   // share of cells whose shape the classifier reads as their prompt's class.

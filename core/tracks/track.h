@@ -77,6 +77,12 @@ class Track {
   // Rank 0, before RL, every log_every * 10 steps and at the end: what the track shows of its
   // policy (the image grid). Returns a line for the log, or "".
   virtual std::string write_samples(const std::string& run_dir, int64_t completed) { return ""; }
+  // Held-out evaluation (the recipe's eval section) after `completed` steps, collective over the
+  // track's ranks: its metrics (eval/...), unprefixed; empty when the track has none.
+  virtual MetricMap evaluate(const std::string& run_dir, int64_t completed) { return {}; }
+  // The last step's first `groups` groups on this rank as readable records (prompt, response,
+  // reward, advantage, length), for samples/step_N.jsonl; empty when the track has none.
+  virtual std::vector<nlohmann::json> sample_records(int64_t groups) const { return {}; }
   // parallel.rollout_ranks: the start (step, cursor, weights) and each newer version of the
   // weights go out to the rollout ranks (rollout_bridge.h says when).
   virtual void publish_start(int64_t start_step) {}

@@ -1,0 +1,103 @@
+// `tandem eval`: the recipe's held-out evaluation (its eval section) on its own, for a checkpoint
+// (its recipe's model, tokenizer and prompt format) or a Hugging Face directory, under mpirun or
+// alone. Prints the metrics as one JSON object. The same code as the evaluation inside `train`.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "common/error.h"
+#include "core/config/config.h"
+#include "core/config/preflight.h"
+#include "core/eval/ar_eval.h"
+#include "core/policies/text_policies.h"
+#include "core/rewards/reward_factory.h"
+#include "core/run/checkpoint.h"
+#include "core/run/rank_runtime.h"
+#include "models/tokenizers/tokenizer.h"
+#include "parallel/communicator.h"
+#include "parallel/runtime.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem::app {
+
+namespace {
+
+// The recipe to evaluate with, and where the weights are: a checkpoint's ar_model/ or an HF dir.
+struct EvalSubject {
+  Config config;
+  std::string weights;
+  bool from_checkpoint = false;
+};
+
+EvalSubject subject(const EvalArgs& a) {
+  if (a.checkpoint.empty() == a.model.empty())
+    throw UserError(
+        "give exactly one of --checkpoint (a run or checkpoint directory) or --model (a Hugging Face "
+        "model directory)");
+  EvalSubject s;
+  if (!a.model.empty()) {
+    if (a.config_path.empty()) throw UserError("--model needs --config (the recipe whose eval section to run)");
+    std::vector<std::string> overrides = a.overrides;
+    overrides.push_back("tracks.ar.model.hf_dir=" + a.model);
+    s.config = load_config(a.config_path, overrides);
+    s.weights = a.model;
+    return s;
+  }
+  const bool run_dir = fs::exists(fs::path(a.checkpoint) / "checkpoints");
+  const CheckpointDir::Choice choice =
+      run_dir ? CheckpointDir(a.checkpoint, 0).newest_intact() : CheckpointDir::resolve("", a.checkpoint);
+  for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
+  if (!choice.path) throw UserError(a.checkpoint + ": no complete checkpoint");
+  const Config saved = load_saved_config(*choice.path + "/recipe.yaml");
+  s.config = a.config_path.empty() ? saved : load_config(a.config_path, a.overrides);
+  // The checkpoint's model and tokenizer, whatever the eval recipe says about them.
+  s.config.tracks.ar.model = saved.tracks.ar.model;
+  s.config.tracks.ar.tokenizer = saved.tracks.ar.tokenizer;
+  if (fs::exists(fs::path(*choice.path) / "ar_model" / "tokenizer.json"))
+    s.config.tracks.ar.tokenizer.path = *choice.path + "/ar_model";
+  s.weights = *choice.path + "/ar_model";
+  s.from_checkpoint = true;
+  return s;
+}
+
+}  // namespace
+
+int run_eval(const EvalArgs& a, int argc, char** argv) {
+  parallel::MpiRuntime mpi(&argc, &argv);
+  try {
+    EvalSubject s = subject(a);
+    Config& c = s.config;
+    if (!c.tracks.ar.enabled) throw UserError("eval: the recipe has no AR track to evaluate");
+    if (!c.eval.enabled()) c.eval.at_start = true;  // asked to evaluate: the section's settings, once
+    const RankRuntime rt = setup_rank_runtime(c.run, mpi.local_rank(), mpi.local_size());
+    const std::unique_ptr<models::Tokenizer> tokenizer =
+        c.tracks.ar.tokenizer.kind == TokenizerKind::kChar ? models::make_char_tokenizer(c.tracks.ar.tokenizer.alphabet)
+                                                           : models::load_hf_tokenizer(*c.tracks.ar.tokenizer.path);
+    BuiltTextPolicy built = text_policy_spec(c.tracks.ar.model.arch).load(s.weights, rt.dtype);
+    ArEvaluator evaluator(c, *tokenizer);
+    const auto reward =
+        rewards::make_reward(c.tracks.ar.reward.kind, c.tracks.ar.reward.command, c.tracks.ar.reward.timeout_s);
+    auto world = parallel::make_mpi_communicator(MPI_COMM_WORLD, "eval", c.parallel.timeout_s);
+    torch::NoGradGuard no_grad;
+    const MetricMap m = evaluator.evaluate(*built.policy, *reward, *world);
+    if (mpi.rank() == 0) {
+      nlohmann::json out(m);
+      out["source"] = s.weights;
+      out["ranks"] = mpi.size();
+      std::cout << out.dump() << "\n";
+    }
+    return 0;
+  } catch (const UserError& e) {
+    if (mpi.rank() == 0 || mpi.size() == 1) std::cerr << "tandem: error: " << e.what() << "\n";
+    if (mpi.size() > 1) parallel::MpiRuntime::abort_job(2);
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tandem: internal error (rank " << mpi.rank() << "): " << e.what() << "\n";
+    if (mpi.size() > 1) parallel::MpiRuntime::abort_job(1);
+    return 1;
+  }
+}
+
+}  // namespace tandem::app

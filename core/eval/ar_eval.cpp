@@ -1,0 +1,113 @@
+// See ar_eval.h. Every prompt's numbers are computed by one rank and summed with zeros from the
+// others, so the reduction is exact and the result the same at any dp.
+#include "core/eval/ar_eval.h"
+
+#include <chrono>
+
+#include "core/eval/pass_at_k.h"
+#include "core/tracks/ar_track.h"
+#include "models/llama/sampler.h"
+#include "runtime/timing.h"
+
+namespace tandem {
+
+namespace {
+
+// Evaluation seeds are apart from training's (which use run.seed itself) and fixed across steps.
+constexpr uint64_t kEvalSeedSalt = 0xe7a1e7a1e7a1ULL;
+constexpr int64_t kSyntheticEvalPrompts = 64;
+// Prompts per generation batch, fixed so a prompt's batch does not depend on the dp size.
+constexpr int64_t kEvalChunkPrompts = 8;
+
+}  // namespace
+
+ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenizer)
+    : eval_(config.eval), seed_(config.run.seed), tokenizer_(tokenizer) {
+  const ArTrackConfig& ar = config.tracks.ar;
+  max_new_tokens_ = eval_.max_new_tokens.value_or(ar.rollout.max_new_tokens);
+  top_p_ = ar.rollout.top_p;
+  top_k_ = ar.rollout.top_k;
+  ArTrackConfig held_out = ar;
+  held_out.data = eval_.data;
+  format_ = std::make_unique<PromptFormat>(prompt_format_options(held_out), tokenizer);
+  ArDataConfig data = eval_.data;
+  data.shuffle = false;  // a dataset in file order, so max_prompts takes its first lines
+  const auto source =
+      make_ar_prompts(data, static_cast<int64_t>(static_cast<uint64_t>(config.run.seed) ^ kEvalSeedSalt));
+  const std::optional<int64_t> size = source->size();
+  const int64_t n = std::min(eval_.max_prompts.value_or(size.value_or(kSyntheticEvalPrompts)),
+                             size.value_or(eval_.max_prompts.value_or(kSyntheticEvalPrompts)));
+  for (int64_t i = 0; i < n; ++i) prompts_.push_back(source->next());
+}
+
+MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t k = eval_.samples_per_prompt, rank = dp.rank(), size = dp.size();
+  const auto count = static_cast<int64_t>(prompts_.size());
+  models::SamplingParams sp;
+  sp.temperature = eval_.temperature;
+  sp.top_p = top_p_;
+  sp.top_k = top_k_;
+  sp.max_new_tokens = max_new_tokens_;
+  sp.vocab_limit = tokenizer_.vocab_size();
+  sp.stop_ids = format_->stop_ids();
+  models::SamplingParams greedy = sp;
+  greedy.temperature = 0;
+  // Prompts go out in fixed chunks (chunk c to dp rank c % size), so every prompt is generated in
+  // the same batch at any dp: the same numbers, not just the same distribution.
+  std::vector<int64_t> mine;  // positions in prompts_ of this rank's prompts, in order
+  std::vector<models::Generation> out, best;
+  for (int64_t first = rank * kEvalChunkPrompts; first < count; first += size * kEvalChunkPrompts) {
+    std::vector<models::GenerationRequest> sampled, argmax;
+    for (int64_t p = first; p < std::min(count, first + kEvalChunkPrompts); ++p) {
+      const std::vector<int64_t> ids = format_->encode(prompts_[p].text);
+      if (static_cast<int64_t>(ids.size()) + max_new_tokens_ > policy.max_seq_len())
+        throw UserError("eval.data: prompt " + std::to_string(prompts_[p].id) + " has " + std::to_string(ids.size()) +
+                        " tokens; with " + std::to_string(max_new_tokens_) + " new tokens it exceeds max_seq_len " +
+                        std::to_string(policy.max_seq_len()));
+      mine.push_back(p);
+      for (int64_t j = 0; j < k; ++j)
+        sampled.push_back(
+            {ids, models::sample_seed(static_cast<uint64_t>(seed_) ^ kEvalSeedSalt, 0, prompts_[p].id, j)});
+      argmax.push_back({ids, 0});
+    }
+    for (auto& g : policy.generate(sampled, sp)) out.push_back(std::move(g));
+    for (auto& g : policy.generate(argmax, greedy)) best.push_back(std::move(g));
+  }
+  std::vector<rewards::RewardInput> inputs;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const tasks::Prompt& p = prompts_[mine[i]];
+    for (int64_t j = 0; j < k; ++j)
+      inputs.push_back({p.text, tokenizer_.decode(out[i * k + j].tokens, true), p.answer, mine[i] * (k + 1) + j});
+    inputs.push_back({p.text, tokenizer_.decode(best[i].tokens, true), p.answer, mine[i] * (k + 1) + k});
+  }
+  const std::vector<double> scores = reward.score(inputs);
+  // Per prompt: the reward sum of its k samples, how many are correct, whether greedy is.
+  torch::Tensor per = torch::zeros({count, 3}, torch::kFloat64);  // (P, 3)
+  for (size_t i = 0; i < mine.size(); ++i) {
+    double sum = 0, correct = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double r = scores[i * (k + 1) + j];
+      sum += r, correct += r >= eval_.correct_at ? 1 : 0;
+    }
+    per[mine[i]][0] = sum, per[mine[i]][1] = correct;
+    per[mine[i]][2] = scores[i * (k + 1) + k] >= eval_.correct_at ? 1.0 : 0.0;
+  }
+  dp.all_reduce(per);
+  double reward_sum = 0, greedy_correct = 0;
+  std::vector<int64_t> correct;
+  for (int64_t p = 0; p < count; ++p) {
+    reward_sum += per[p][0].item<double>();
+    correct.push_back(static_cast<int64_t>(per[p][1].item<double>()));
+    greedy_correct += per[p][2].item<double>();
+  }
+  MetricMap m;
+  m["eval/reward_mean"] = count > 0 ? reward_sum / static_cast<double>(count * k) : 0;
+  m["eval/pass@1_greedy"] = count > 0 ? greedy_correct / static_cast<double>(count) : 0;
+  for (int64_t j = 1; j <= k; ++j) m["eval/pass@" + std::to_string(j)] = mean_pass_at_k(k, correct, j);
+  m["eval/prompts"] = static_cast<double>(count);
+  m["eval/time_s"] = seconds_since(t0);
+  return m;
+}
+
+}  // namespace tandem

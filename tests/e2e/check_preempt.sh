@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Preemption ([12]): a SIGTERM mid-step (in the rollout, or just before the optimizer step) makes
+# every rank finish the step, write a checkpoint and exit 3; `--resume auto` then ends with the
+# metrics of an uninterrupted run, 5 steps for each phase. Also from outside: SIGTERM to both ranks
+# at once and SIGUSR1 to mpirun (which forwards it); a second SIGTERM exits at once (143) and the
+# last committed checkpoint still resumes to the uninterrupted metrics.
+#   check_preempt.sh TANDEM MPIRUN TINY_RECIPE COMPARE_METRICS
+set -u
+tandem=$1; mpirun=$2; recipe=$3; compare=$4
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+fail=0
+run() { timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
+          --config "$recipe" --set run.out_dir="$out" --set run.save_every=0 "$@"; }
+run --set run.name=straight >"$out/straight.log" 2>&1 || { echo "FAIL: straight run"; tail -20 "$out/straight.log"; exit 1; }
+for phase in rollout optimizer; do
+  for step in 0 1 2 3 4; do
+    name=${phase}_$step
+    TANDEM_TEST_SIGNAL=$phase:$step run --set run.name=$name >"$out/$name.log" 2>&1; rc=$?
+    want=$((step + 1))
+    if [ $rc -ne 3 ] || ! grep -q "stopping after step $want on signal 15" "$out/$name.log" \
+       || [ ! -f "$out/$name/checkpoints/step_00000$want/COMPLETE" ]; then
+      echo "FAIL $name: exit $rc, want 3 with a checkpoint of step $want"; tail -5 "$out/$name.log"; fail=1; continue
+    fi
+    run --set run.name=$name --resume auto >>"$out/$name.log" 2>&1 || { echo "FAIL $name: resume"; fail=1; continue; }
+    if /usr/bin/python3 "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl" >/dev/null; then
+      echo "ok   SIGTERM in $phase of step $want: exit 3, checkpoint, resumed to the uninterrupted metrics"
+    else
+      echo "FAIL $name: resumed metrics differ"; /usr/bin/python3 "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl"; fail=1
+    fi
+  done
+done
+
+# From outside, as SLURM does: a longer run, signalled once it is training.
+long=(--set run.steps=400 --set tracks.ar.warmstart.steps=0)
+run "${long[@]}" --set run.name=straight_long >"$out/straight_long.log" 2>&1 || { echo "FAIL: long run"; exit 1; }
+wait_training() { for _ in $(seq 600); do grep -q "step 2/" "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+procs_of() {  # $1: run name, $2: process name(s) (tandem, or mpirun|orterun)
+  for p in $(pgrep -f "run.name=$1"); do [[ "$(ps -o comm= -p "$p" 2>/dev/null)" =~ ^($2)$ ]] && echo "$p"; done
+}
+for how in ranks mpirun; do
+  run "${long[@]}" --set run.name=ext_$how >"$out/ext_$how.log" 2>&1 &
+  launcher=$!
+  wait_training "$out/ext_$how.log" || { echo "FAIL ext_$how: never started"; kill -9 $launcher; fail=1; continue; }
+  t0=$(date +%s.%N)
+  if [ $how = ranks ]; then kill -TERM $(procs_of ext_ranks tandem); else kill -USR1 $(procs_of ext_mpirun "mpirun|orterun|mpiexec"); fi
+  wait $launcher; rc=$?
+  t1=$(date +%s.%N)
+  secs=$(/usr/bin/python3 -c "print(f'{$t1 - $t0:.2f}')")
+  stopped=$(sed -n 's/.*stopping after step \([0-9]*\) on signal.*/\1/p' "$out/ext_$how.log" | head -1)
+  if [ $rc -eq 3 ] && [ -n "$stopped" ]; then echo "ok   signal to $how: exit 3 after step $stopped, $secs s from the signal to the exit"
+  else echo "FAIL signal to $how: exit $rc"; tail -5 "$out/ext_$how.log"; fail=1; continue; fi
+  run "${long[@]}" --set run.name=ext_$how --resume auto >>"$out/ext_$how.log" 2>&1 \
+    && /usr/bin/python3 "$compare" "$out/straight_long/metrics.jsonl" "$out/ext_$how/metrics.jsonl" >/dev/null \
+    || { echo "FAIL signal to $how: the resumed run differs"; fail=1; }
+done
+
+# A second SIGTERM: at once, and the committed checkpoint is intact.
+run "${long[@]}" --set run.save_every=20 --set run.name=twice >"$out/twice.log" 2>&1 &
+launcher=$!
+wait_training "$out/twice.log"
+sleep 0.5
+pids=$(procs_of twice tandem)
+kill -TERM $pids 2>/dev/null; kill -TERM $pids 2>/dev/null
+wait $launcher; rc=$?
+{ [ $rc -ne 0 ] && [ $rc -ne 3 ]; } || { echo "FAIL second signal: exit $rc, want an immediate exit (not 0 or 3)"; fail=1; }
+run "${long[@]}" --set run.save_every=20 --set run.name=twice --resume auto >>"$out/twice.log" 2>&1 \
+  || { echo "FAIL: resume after two signals"; tail -5 "$out/twice.log"; fail=1; }
+/usr/bin/python3 "$compare" "$out/straight_long/metrics.jsonl" "$out/twice/metrics.jsonl" >/dev/null \
+  && echo "ok   two SIGTERMs: exit $rc at once; the last committed checkpoint resumes to the uninterrupted metrics" \
+  || { echo "FAIL: metrics after two signals"; fail=1; }
+exit $fail
