@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -33,6 +34,15 @@ int64_t launcher_world_size() {
     if (const char* v = std::getenv(name)) return std::atoll(v);
   return 0;
 }
+
+// Floating CLI values must be finite (CLI11's Range lets NaN through: every comparison with it is false).
+const CLI::Validator kFinite(
+    [](std::string& text) {
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      return std::isfinite(x) ? std::string() : "must be a finite number, got " + text;
+    },
+    "FINITE");
 
 int run_check_config(const RecipeArgs& args, int64_t world_size) {
   tandem::Config config = tandem::load_config(args.config_path, args.overrides);
@@ -92,7 +102,8 @@ int main(int argc, char** argv) {
       ->needs(gen_model);
   gen->add_option("--prompt", gen_args.prompts, "prompt text (repeatable)")->required();
   gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::PositiveNumber);
-  gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)");
+  gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)")
+      ->check(kFinite);
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--chat-template", gen_args.chat_template,
@@ -145,7 +156,8 @@ int main(int argc, char** argv) {
   bench_rollout->add_option("--max-new-tokens", roll.max_new_tokens, "response tokens (the long tail's cap)");
   bench_rollout->add_option("--batch", roll.batch, "sequences decoded together");
   bench_rollout->add_option("--requests", roll.requests, "requests per run");
-  bench_rollout->add_option("--tail-sigma", roll.tail_sigma, "lognormal sigma of the long-tail lengths");
+  bench_rollout->add_option("--tail-sigma", roll.tail_sigma, "lognormal sigma of the long-tail lengths")
+      ->check(kFinite & CLI::NonNegativeNumber);
   bench_rollout->add_option("--threads", roll.threads, "LibTorch intra-op threads (0: default)");
   bench_rollout->add_option("--seed", roll.seed, "model, prompt and sampling seed");
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
@@ -169,7 +181,7 @@ int main(int argc, char** argv) {
       ->add_option("--memory-budget-mib", step_args.memory_budget_mib,
                    "shared: the most peak tensor memory one micro of either track may take (sizes above it "
                    "are not eligible)")
-      ->check(CLI::PositiveNumber);
+      ->check(kFinite & CLI::PositiveNumber);
   bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
   bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
   bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);
@@ -235,6 +247,7 @@ int main(int argc, char** argv) {
   bench_ablate->add_flag("--keep", ablate.keep, "keep the temporary run directory");
   bench_ablate->add_option("--mpirun", ablate.mpirun, "launcher (Open MPI's mpirun)")->capture_default_str();
   bench_ablate->add_option("--timeout-s", ablate.timeout_s, "seconds one run may take before it is killed")
+      ->check(kFinite & CLI::PositiveNumber)
       ->capture_default_str();
   bench_ablate->footer(
       "Each run is `mpirun -np N tandem train --config FILE --set run.steps=W+S ...` (--set, then the\n"

@@ -2,8 +2,10 @@
 // the Trainer. Any rank's failure ends the whole job (bad input: exit 2).
 #include <torch/torch.h>
 
+#include <chrono>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "apps/commands.h"
 #include "common/error.h"
@@ -109,6 +111,10 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
     if (code != 0 && rollout_ranks > 0) parallel::MpiRuntime::abort_job(code);
     return code;
   } catch (const UserError& e) {
+    // After start-up every rank may hit the same error (a damaged checkpoint) at the same moment:
+    // rank 0 reports and ends the job; the others wait a moment first, so that the job ends before
+    // they print the same line, and still end it themselves when the error is theirs alone.
+    if (mpi.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     std::cerr << "tandem: error" << (mpi.size() > 1 ? " (rank " + std::to_string(mpi.rank()) + ")" : "") << ": "
               << e.what() << "\n";
     if (mpi.size() > 1) parallel::MpiRuntime::abort_job(2);

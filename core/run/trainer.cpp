@@ -265,9 +265,9 @@ struct Trainer::Impl {
     for (auto& t : tracks) {
       try {
         t->restore(state["tracks"][t->name()]);
-      } catch (const nlohmann::json::exception& e) {
+      } catch (const std::exception& e) {  // JSON types, or a cursor this data cannot have
         throw UserError(path + "/trainer_state.json: tracks." + t->name() + ": " + e.what() +
-                        "; the checkpoint is damaged (resume from another one)");
+                        "; the checkpoint is damaged or from other data (resume from another one)");
       }
     }
     const std::string opt = optimizer_file(path);
