@@ -484,9 +484,10 @@ struct Trainer::Impl {
       comms.world->all_reduce(stop, parallel::ReduceOp::kMax);
       if (stop.item<double>() > 0 && completed < config.run.steps) {
         if (!saved) save_checkpoint(completed);
-        spdlog::warn("stopping after step {} on signal {} ({}): checkpoint {} written; continue with --resume auto",
-                     completed, static_cast<int>(stop.item<double>()), strsignal(static_cast<int>(stop.item<double>())),
-                     CheckpointDir::step_name(completed));
+        if (rank0)
+          spdlog::warn("stopping after step {} on signal {} ({}): checkpoint {} written; continue with --resume auto",
+                       completed, static_cast<int>(stop.item<double>()),
+                       strsignal(static_cast<int>(stop.item<double>())), CheckpointDir::step_name(completed));
         return kExitPreempted;
       }
     }
