@@ -8,17 +8,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "parallel/communicator.h"
 
 namespace tandem::app {
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
 
 int run_bench_comm(const BenchCommArgs& a, int rank, int world) {
   auto comm = parallel::make_mpi_communicator(MPI_COMM_WORLD, "world", 600.0);

@@ -1,16 +1,20 @@
 // `tandem bench rollout`: sampler throughput on a random-init Llama, printed as one JSON object:
 // KV cache vs full recompute on the same requests, and continuous vs static batching on a
 // long-tail (lognormal) mix of response lengths; plus the thread count and a GEMM figure, since
-// BLAS speed differs per machine.
+// BLAS speed differs per machine. With --lengths, only that workload's groups instead, each
+// group's prompt prefilled once (--share-prompt auto) or per sample (off), or both alternating.
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <random>
 
+#include "apps/bench_lengths.h"
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
@@ -57,6 +61,76 @@ std::vector<int64_t> long_tail_lengths(int64_t n, int64_t max_new, double sigma,
   return out;
 }
 
+// The --lengths workload: random prompts, one per group, every response exactly its length (no
+// stop token), sampled at temperature 1 with each sample's own stream; tokens/s counts the
+// prompt and response tokens of every sequence (the unshared batch's real tokens).
+nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::vector<SequenceSpec>& specs,
+                              const BenchRolloutArgs& a) {
+  std::mt19937_64 gen(a.seed + 3);
+  std::uniform_int_distribution<int64_t> token(0, a.vocab - 1);
+  std::map<int64_t, std::vector<int64_t>> prompts;
+  std::map<int64_t, int64_t> members;
+  std::vector<models::GenerationRequest> reqs;
+  int64_t tokens = 0, generated = 0, longest = 0;
+  for (const SequenceSpec& sp : specs) {
+    auto [it, fresh] = prompts.emplace(sp.group, std::vector<int64_t>{});
+    if (fresh)
+      for (int64_t t = 0; t < sp.prompt; ++t) it->second.push_back(token(gen));
+    reqs.push_back({it->second, models::sample_seed(a.seed, 0, sp.group, members[sp.group]++)});
+    reqs.back().max_new_tokens = sp.response;
+    tokens += sp.length(), generated += sp.response, longest = std::max(longest, sp.response);
+  }
+  models::SamplingParams p;
+  p.temperature = 1.0;
+  p.max_new_tokens = longest;
+  p.max_batch = a.batch;
+  models::generate(model, {reqs.front()}, p);  // warm-up: allocator, BLAS threads
+
+  struct Variant {
+    bool share;
+    std::vector<double> seconds;
+    Timed last;
+  };
+  std::vector<Variant> variants;
+  if (a.share_prompt != "auto") variants.push_back({false, {}, {}});
+  if (a.share_prompt != "off") variants.push_back({true, {}, {}});
+  for (int64_t r = 0; r < a.repeats; ++r) {
+    for (Variant& v : variants) {  // alternating, so the machine's drift hits both alike
+      p.share_prompts = v.share;
+      v.last = timed_generate(model, reqs, p);
+      v.seconds.push_back(v.last.seconds);
+    }
+  }
+  nlohmann::json out;
+  out["workload"] = {{"sequences", specs.size()},     {"groups", prompts.size()}, {"tokens", tokens},
+                     {"generated_tokens", generated}, {"batch", a.batch},         {"repeats", a.repeats}};
+  for (const Variant& v : variants) {
+    const double t = median(v.seconds);
+    out[v.share ? "shared" : "unshared"] = {{"seconds", t},
+                                            {"seconds_per_repeat", v.seconds},
+                                            {"tokens_per_s", tokens / t},
+                                            {"generated_tokens_per_s", generated / t},
+                                            {"prefill_tokens", v.last.stats.prefill_tokens},
+                                            {"prefills", v.last.stats.prefills},
+                                            {"decode_steps", v.last.stats.decode_steps}};
+  }
+  if (!a.profile_path.empty()) {  // one more run of the last variant, profiled and not timed
+    p.share_prompts = variants.back().share;
+    torch::autograd::profiler::RecordProfile profile(a.profile_path);
+    models::generate(model, reqs, p);
+  }
+  if (variants.size() == 2) {
+    std::vector<double> ratios;
+    for (int64_t r = 0; r < a.repeats; ++r) ratios.push_back(variants[0].seconds[r] / variants[1].seconds[r]);
+    out["share_speedup"] = median(ratios);
+    out["share_speedup_per_repeat"] = ratios;
+    int64_t same = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) same += variants[0].last.gens[i].tokens == variants[1].last.gens[i].tokens;
+    out["same_responses"] = same;  // of "sequences": sharing must not change what is sampled
+  }
+  return out;
+}
+
 void check_args(const BenchRolloutArgs& a) {
   const auto positive = [](const char* name, int64_t v) {
     if (v < 1) throw UserError(std::string(name) + " must be >= 1, got " + std::to_string(v));
@@ -64,6 +138,7 @@ void check_args(const BenchRolloutArgs& a) {
   positive("--hidden-size", a.hidden_size), positive("--layers", a.layers), positive("--heads", a.heads);
   positive("--kv-heads", a.kv_heads), positive("--vocab", a.vocab), positive("--prompt-len", a.prompt_len);
   positive("--max-new-tokens", a.max_new_tokens), positive("--batch", a.batch), positive("--requests", a.requests);
+  positive("--repeats", a.repeats);
   if (!(a.tail_sigma >= 0)) throw UserError("--tail-sigma must be >= 0");
   if (a.dtype != "float32" && a.dtype != "float64" && a.dtype != "bfloat16")
     throw UserError("--dtype must be float32, float64 or bfloat16");
@@ -80,12 +155,31 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   c.num_kv_heads = a.kv_heads;
   c.intermediate_size = a.intermediate_size > 0 ? a.intermediate_size : (a.hidden_size * 8 / 3 + 63) / 64 * 64;
   c.max_seq_len = a.prompt_len + a.max_new_tokens;
+  std::vector<SequenceSpec> specs;
+  if (!a.lengths_path.empty()) {
+    specs = read_lengths(a.lengths_path);
+    c.max_seq_len = 0;
+    for (const SequenceSpec& sp : specs) c.max_seq_len = std::max(c.max_seq_len, sp.length());
+  }
   c.validate();
   models::LlamaForCausalLM model(c, parallel::ParallelContext{}, a.seed);
   const torch::ScalarType dtype = a.dtype == "float64"    ? torch::kFloat64
                                   : a.dtype == "bfloat16" ? torch::kBFloat16
                                                           : torch::kFloat32;
   model->to(dtype);
+  nlohmann::json out;
+  out["threads"] = torch::get_num_threads();
+  out["blas"] = blas_description();
+  out["host_memory"] = host_memory_description();
+  out["gemm512_f32_gflops"] = gemm_gflops();
+  out["dtype"] = a.dtype;
+  out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers}, {"heads", c.num_heads},
+                  {"kv_heads", c.num_kv_heads},   {"vocab", c.vocab_size},  {"intermediate_size", c.intermediate_size}};
+  if (!specs.empty()) {
+    out["share_prompt"] = share_workload(*model, specs, a);
+    std::cout << out.dump() << std::endl;
+    return 0;
+  }
 
   std::vector<models::GenerationRequest> reqs;
   at::Generator gen = at::detail::createCPUGenerator(a.seed + 1);
@@ -126,14 +220,6 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
     static_steps += t.stats.decode_steps;
   }
 
-  nlohmann::json out;
-  out["threads"] = torch::get_num_threads();
-  out["blas"] = blas_description();
-  out["host_memory"] = host_memory_description();
-  out["gemm512_f32_gflops"] = gemm_gflops();
-  out["dtype"] = a.dtype;
-  out["model"] = {{"hidden_size", c.hidden_size}, {"layers", c.num_layers}, {"heads", c.num_heads},
-                  {"kv_heads", c.num_kv_heads},   {"vocab", c.vocab_size},  {"intermediate_size", c.intermediate_size}};
   out["prompt_len"] = a.prompt_len;
   out["max_new_tokens"] = a.max_new_tokens;
   out["batch"] = a.batch;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/blas_kernel.h"
 
@@ -17,5 +18,14 @@ using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 using tandem::gemm_gflops;  // core/blas_kernel.h
+
+// The median of repeated measurements: the mean of the middle two for an even count (the upper
+// one alone would report the slower of two runs as typical); 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
 
 }  // namespace tandem::app

@@ -37,6 +37,10 @@ struct BenchRolloutArgs {
   int64_t threads = 0;      // 0: LibTorch's default
   uint64_t seed = 0;
   std::string dtype = "float32";
+  std::string lengths_path;              // non-empty: only the shared-prompt workload of this file
+  std::string share_prompt = "compare";  // with lengths_path: off | auto | compare
+  int64_t repeats = 3;
+  std::string profile_path;  // with lengths_path: a Chrome trace of one more run of the last variant
 };
 int run_bench_rollout(const BenchRolloutArgs& args);
 
@@ -64,10 +68,11 @@ struct BenchTrainArgs {
   std::optional<int64_t> micro_batch_size, max_tokens_per_micro;  // neither: one micro of everything
   int threads = 0;                                                // 0: every CPU this process may use
   int64_t steps = 5, warmup = 2, seed = 0;
-  int64_t save_logits_mib = 0;      // > 0: keep a micro's logits for the backward up to this size
-  std::string profile_path;         // non-empty: a Chrome trace of the last timed step
-  int64_t logits_chunk_tokens = 0;  // tokens per logits chunk; 0: the 64 MiB default
-  bool fused_head = true;           // the loss fused into the lm head (no backward recompute)
+  int64_t save_logits_mib = 0;       // > 0: keep a micro's logits for the backward up to this size
+  std::string profile_path;          // non-empty: a Chrome trace of the last timed step
+  int64_t logits_chunk_tokens = 0;   // tokens per logits chunk; 0: the 64 MiB default
+  bool fused_head = true;            // the loss fused into the lm head (no backward recompute)
+  std::string share_prompt = "off";  // off | auto (prompts shared) | compare (both, steps alternating)
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

@@ -160,6 +160,18 @@ int main(int argc, char** argv) {
       ->check(kFinite & CLI::NonNegativeNumber);
   bench_rollout->add_option("--threads", roll.threads, "LibTorch intra-op threads (0: default)");
   bench_rollout->add_option("--seed", roll.seed, "model, prompt and sampling seed");
+  bench_rollout->add_option("--lengths", roll.lengths_path,
+                            "workload file of lines 'group prompt_len response_len': time only it, with "
+                            "--share-prompt (random prompts, each response exactly its length)");
+  bench_rollout
+      ->add_option("--share-prompt", roll.share_prompt,
+                   "with --lengths: off, auto (a group's prompt prefilled once) or compare (both, alternating)")
+      ->check(CLI::IsMember({"off", "auto", "compare"}));
+  bench_rollout->add_option("--repeats", roll.repeats, "with --lengths: timed runs per variant (median)")
+      ->check(CLI::PositiveNumber);
+  bench_rollout->add_option("--profile", roll.profile_path,
+                            "with --lengths: one more run of the last variant under the LibTorch profiler, its trace "
+                            "written here (Chrome JSON)");
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
 
@@ -190,7 +202,10 @@ int main(int argc, char** argv) {
   tandem::app::BenchTrainArgs train_bench;
   CLI::App* bench_train = bench->add_subcommand(
       "train", "one GRPO training step on a stated workload: tokens/s, fwd/bwd/opt split, FLOPs, MFU");
-  bench_train->add_option("--lengths", train_bench.lengths_path, "file with one sequence length per line")->required();
+  bench_train
+      ->add_option("--lengths", train_bench.lengths_path,
+                   "file with one sequence length per line, or lines 'group prompt_len response_len'")
+      ->required();
   bench_train->add_option("--hidden", train_bench.hidden, "hidden size")->check(CLI::PositiveNumber);
   bench_train->add_option("--layers", train_bench.layers, "decoder layers")->check(CLI::PositiveNumber);
   bench_train->add_option("--heads", train_bench.heads, "attention heads")->check(CLI::PositiveNumber);
@@ -222,6 +237,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bench_train->add_flag("--fused-head,!--no-fused-head", train_bench.fused_head,
                         "fuse the loss into the lm head (default) or recompute the logits in the backward");
+  bench_train
+      ->add_option("--share-prompt", train_bench.share_prompt,
+                   "off, auto (a group's prompt is computed once) or compare (both, steps alternating)")
+      ->check(CLI::IsMember({"off", "auto", "compare"}));
   bench_train->add_option(
       "--profile", train_bench.profile_path,
       "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");

@@ -142,3 +142,67 @@ TEST_CASE("packed attention: segments that miss rows or leave K/V are refused", 
   std::vector<AttentionSegment> outside{{0, 3, 2, 2}};
   CHECK_THROWS_AS(plan_packed_attention(outside, 3, 6, 2, torch::kCPU), std::invalid_argument);
 }
+
+TEST_CASE("packed attention: responses sharing a prompt equal each response after its own copy (float64)",
+          "[attention][share]") {
+  // Shared layout: [prompt' (5 rows)] [response 1 (4)] [response 2 (1)] [response 3 (6)] [alone (3)]; each
+  // response continues the prompt. The reference lays every response after its own copy of the prompt.
+  const torch::Tensor cu = torch::tensor({0, 5, 9, 10, 16, 19}, torch::kInt64);
+  const torch::Tensor prefix_of = torch::tensor({-1, 0, 0, 0, -1}, torch::kInt64);
+  const std::vector<AttentionSegment> shared = segments_with_prefixes(cu, prefix_of);
+  REQUIRE(shared.size() == 5);
+  CHECK(shared[2].k_begin == 0);
+  CHECK(shared[2].q_offset == 5);
+  CHECK(shared[2].k_own == 9);
+  torch::manual_seed(3);
+  const int64_t n = 19, heads = 4, kv_heads = 2, dim = 8;
+  const torch::Tensor q = torch::randn({n, heads, dim}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor k = torch::randn({n, kv_heads, dim}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor v = torch::randn({n, kv_heads, dim}, torch::kFloat64).requires_grad_(true);
+  // The unshared rows: prompt' + response i for each response, then the lone sequence.
+  std::vector<int64_t> rows, firsts{0}, owner;  // owner: the shared row each unshared row's output stands for
+  const std::vector<std::pair<int64_t, int64_t>> responses{{5, 4}, {9, 1}, {10, 6}};
+  std::vector<int64_t> lengths;
+  for (size_t r = 0; r < responses.size(); ++r) {
+    for (int64_t i = 0; i < 5; ++i) rows.push_back(i), owner.push_back(r == 0 ? i : -1);
+    for (int64_t i = 0; i < responses[r].second; ++i)
+      rows.push_back(responses[r].first + i), owner.push_back(responses[r].first + i);
+    lengths.push_back(5 + responses[r].second);
+  }
+  for (int64_t i = 16; i < 19; ++i) rows.push_back(i), owner.push_back(i);
+  lengths.push_back(3);
+  std::vector<AttentionSegment> alone;
+  int64_t at = 0;
+  for (int64_t len : lengths) alone.push_back({at, len, at, 0}), at += len;
+  const torch::Tensor index = torch::tensor(rows, torch::kInt64);
+  for (const double ratio : {1.0, 0.0, kBucketSpanRatio}) {
+    INFO("span ratio " << ratio);
+    for (auto* t : {&q, &k, &v}) const_cast<torch::Tensor*>(t)->mutable_grad() = torch::Tensor();
+    const torch::Tensor out = packed_attention(q, k, v, plan_packed_attention(shared, n, n, heads, torch::kCPU, ratio));
+    const torch::Tensor ref = reference_attention(q.index_select(0, index), k.index_select(0, index),
+                                                  v.index_select(0, index), alone);  // (N_unshared, H, D)
+    std::vector<int64_t> pick_ref, pick_out;
+    for (size_t r = 0; r < owner.size(); ++r)
+      if (owner[r] >= 0) pick_ref.push_back(static_cast<int64_t>(r)), pick_out.push_back(owner[r]);
+    const torch::Tensor a = out.index_select(0, torch::tensor(pick_out)),
+                        b = ref.index_select(0, torch::tensor(pick_ref));
+    CHECK((a - b).abs().max().item<double>() <= 1e-12 * b.abs().max().item<double>());
+    // Gradients: the same weighted loss of each row's output once.
+    const torch::Tensor w = torch::randn(a.sizes(), torch::kFloat64);
+    const auto grads = [&](const torch::Tensor& loss) {
+      const auto g = torch::autograd::grad({loss}, {q, k, v});
+      return std::vector<torch::Tensor>{g[0], g[1], g[2]};
+    };
+    const auto ga = grads((a * w).sum()), gb = grads((b * w).sum());
+    for (size_t i = 0; i < 3; ++i)
+      CHECK((ga[i] - gb[i]).abs().max().item<double>() <= 1e-12 * gb[i].abs().max().item<double>());
+  }
+  // Control: a response pointed at the wrong prompt (the lone sequence) attends to other rows.
+  torch::Tensor wrong = prefix_of.clone();
+  wrong[2] = 4;
+  const torch::Tensor bad = packed_attention(q, k, v, segments_with_prefixes(cu, wrong));
+  const torch::Tensor good = packed_attention(q, k, v, shared);
+  CHECK((bad.narrow(0, 9, 1) - good.narrow(0, 9, 1)).abs().max().item<double>() > 1e-3);
+  // A prefix that itself has a prefix is refused.
+  CHECK_THROWS_AS(segments_with_prefixes(cu, torch::tensor({-1, 0, 1, 0, -1}, torch::kInt64)), std::invalid_argument);
+}

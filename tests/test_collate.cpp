@@ -114,3 +114,30 @@ TEST_CASE("inconsistent samples are rejected", "[collate]") {
   s.response_mask.pop_back();
   CHECK_THROWS_AS(collate_packed({&s}, {}, torch::kFloat32), std::invalid_argument);
 }
+
+TEST_CASE("collate_packed with shared prompts: the prompt once, each response continuing it", "[collate][share]") {
+  ArSample a = make_sample({1, 2, 3, 4, 10, 11}, 4, 0.5, 0), b = make_sample({1, 2, 3, 4, 20}, 4, -0.5, 1),
+           c = make_sample({9, 8, 30}, 2, 1.0, 2);
+  a.group_id = b.group_id = 7, c.group_id = 8;
+  const PackedBatch p = collate_packed({&a, &b, &c}, {}, torch::kFloat64, true);
+  // [1 2 3] [4 10 11] [4 20] [9 8 30]: the prompt but its last token once, then each response led
+  // by the prompt's last token, positions going on after the prompt; c stands alone.
+  CHECK(torch::equal(p.input_ids.view({-1}), torch::tensor({1, 2, 3, 4, 10, 11, 4, 20, 9, 8, 30}, torch::kInt64)));
+  CHECK(torch::equal(p.position_ids.view({-1}), torch::tensor({0, 1, 2, 3, 4, 5, 3, 4, 0, 1, 2}, torch::kInt64)));
+  CHECK(torch::equal(p.cu_seqlens, torch::tensor({0, 3, 6, 8, 11}, torch::kInt32)));
+  CHECK(torch::equal(p.prefix_of, torch::tensor({-1, 0, 0, -1}, torch::kInt64)));
+  CHECK(torch::equal(p.targets, torch::tensor({2, 3, 4, 10, 11, 0, 20, 0, 8, 30, 0}, torch::kInt64)));
+  CHECK(torch::equal(p.loss_mask, torch::tensor({0., 0., 0., 1., 1., 0., 1., 0., 0., 1., 0.}, torch::kFloat64)));
+  CHECK(torch::equal(p.seq_index, torch::tensor({0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2}, torch::kInt64)));
+  // The action tokens' fields are those of the unshared layout, in the same order.
+  const PackedBatch u = collate_packed({&a, &b, &c}, {}, torch::kFloat64, false);
+  CHECK_FALSE(u.prefix_of.defined());
+  const auto actions = [](const PackedBatch& x, const torch::Tensor& t) { return t.masked_select(x.loss_mask != 0); };
+  CHECK(torch::equal(actions(p, p.targets), actions(u, u.targets)));
+  CHECK(torch::equal(actions(p, p.advantages), actions(u, u.advantages)));
+  CHECK(torch::equal(actions(p, p.rollout_logp), actions(u, u.rollout_logp)));
+  // Other prompts or groups are not shared.
+  ArSample d = make_sample({1, 2, 3, 5, 10}, 4, 0.5, 3);
+  d.group_id = 7;
+  CHECK_FALSE(collate_packed({&a, &d}, {}, torch::kFloat64, true).prefix_of.defined());
+}

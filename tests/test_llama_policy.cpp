@@ -237,3 +237,154 @@ TEST_CASE(
       }
     }
 }
+
+namespace {
+
+// A micro's samples with a perturbed copy of the policy as the reference: its log-probs on the
+// micro's own layout, as the AR track computes old / reference log-probs over the same micros.
+torch::Tensor layout_logp(LlamaPolicy& policy, const std::vector<const ArSample*>& ptrs, bool packed, bool share) {
+  torch::NoGradGuard no_grad;
+  if (!packed) return policy.forward_padded(collate_padded(ptrs, {}, torch::kFloat64), false).logp;
+  return policy.forward_packed(collate_packed(ptrs, {}, torch::kFloat64, share), false).logp;
+}
+
+}  // namespace
+
+TEST_CASE("shared prompts: log-probs, loss and every gradient equal the unshared micro (float64 1e-12)",
+          "[llama][policy][share]") {
+  // Two groups sharing their prompts (3 and 2 responses, one response empty of actions) and a lone
+  // sample; one micro holds every sample, another only part of group 0 (a group split over micros).
+  const std::vector<int64_t> p0{3, 17, 5, 40, 22}, p1{8, 9, 60, 2};
+  const auto with = [](std::vector<int64_t> prompt, const std::vector<int64_t>& response) {
+    prompt.insert(prompt.end(), response.begin(), response.end());
+    return prompt;
+  };
+  std::vector<ArSample> samples{
+      sample(with(p0, {7, 7, 1}), 5, 0.9, 0),     sample(with(p0, {12, 4, 4, 4, 30}), 5, -1.3, 1),
+      sample(with(p0, {2}), 5, 0.4, 2),           sample(with(p1, {5, 5}), 4, -0.6, 3),
+      sample(with(p1, {19, 1, 2, 3}), 4, 1.0, 4), sample({44, 45, 46, 47}, 2, 0.2, 5)};
+  for (int64_t i : {0, 1, 2}) samples[i].group_id = 0;
+  for (int64_t i : {3, 4}) samples[i].group_id = 1;
+  samples[5].group_id = 2;
+  samples[1].response_mask[2] = 0;
+  LlamaPolicy policy(models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64), {false, true, 4});
+  LlamaPolicy reference(models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64), {false, true, 4});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : reference.parameters()) p.add_(torch::randn(p.sizes(), torch::kFloat64) * 0.01);
+  }
+  for (const auto& subset : std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 4, 5}, {1, 2}}) {
+    std::vector<const ArSample*> ptrs;
+    double n_tok = 0, n_seq = 0;
+    for (int64_t i : subset) {
+      ptrs.push_back(&samples[static_cast<size_t>(i)]);
+      n_tok += static_cast<double>(samples[i].action_tokens()), n_seq += samples[i].action_tokens() > 0 ? 1 : 0;
+    }
+    const PackedBatch shared = collate_packed(ptrs, {}, torch::kFloat64, true);
+    REQUIRE(shared.prefix_of.defined());
+    CHECK(shared.num_tokens() < collate_packed(ptrs, {}, torch::kFloat64, false).num_tokens());
+    for (const LossAggMode mode : {LossAggMode::kTokenMean, LossAggMode::kSeqMeanTokenMean,
+                                   LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenSumNorm}) {
+      INFO("samples " << subset.size() << ", mode " << to_string(mode));
+      UpdateOptions o;
+      o.dtype = torch::kFloat64;
+      o.loss_agg_mode = mode;
+      o.kl_coef = 0.05, o.kl_estimator = KlEstimator::kK3;
+      o.entropy_coef = 0.01;
+      o.tis_cap = 1.5;
+      const LossDenominators den{n_tok, n_seq, 6};
+      // old = the policy's own log-probs (recompute), ref = the perturbed copy's, each on the layout.
+      const auto run = [&](bool packed, bool share) {
+        for (auto& p : policy.parameters()) p.mutable_grad() = torch::Tensor();
+        o.packed = packed, o.share_prompts = share;
+        const MicroOutcome out = train_micro(policy, ptrs, den, o, layout_logp(policy, ptrs, packed, share),
+                                             layout_logp(reference, ptrs, packed, share));
+        std::vector<torch::Tensor> grads;
+        for (auto& p : policy.parameters()) grads.push_back(p.grad().clone());
+        return std::make_pair(out, grads);
+      };
+      const auto [s, s_grads] = run(true, true);
+      const auto [u, u_grads] = run(true, false);
+      const auto [d, d_grads] = run(false, false);
+      CHECK(s.loss != 0);
+      for (const MicroOutcome& ref : {u, d}) {
+        CHECK(std::abs(s.loss - ref.loss) <= 1e-12 * std::abs(ref.loss));
+        CHECK(std::abs(s.kl_sum - ref.kl_sum) <= 1e-12 * std::abs(ref.kl_sum));
+        CHECK(std::abs(s.entropy_sum - ref.entropy_sum) <= 1e-12 * std::abs(ref.entropy_sum));
+        CHECK(std::abs(s.tis_weight_sum - ref.tis_weight_sum) <= 1e-12 * std::abs(ref.tis_weight_sum));
+        CHECK(s.stats.tokens == ref.stats.tokens);
+      }
+      double worst = 0, largest = 0;
+      for (size_t i = 0; i < s_grads.size(); ++i) {
+        worst = std::max({worst, test::rel_to_max(s_grads[i], u_grads[i]), test::rel_to_max(s_grads[i], d_grads[i])});
+        largest = std::max(largest, u_grads[i].abs().max().item<double>());
+      }
+      CHECK(largest > 0);
+      CHECK(worst < 1e-12);
+    }
+  }
+  // Control: one response pointed at the wrong prompt (the lone sample's) gives other log-probs.
+  std::vector<const ArSample*> all;
+  for (const auto& s : samples) all.push_back(&s);
+  PackedBatch b = collate_packed(all, {}, torch::kFloat64, true);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor good = policy.forward_packed(b, false).logp;
+  const int64_t lone = b.num_seqs() - 1;
+  REQUIRE(b.prefix_of[lone].item<int64_t>() == -1);
+  b.prefix_of[2] = lone;  // response 2 of group 0 now continues the lone sequence
+  const torch::Tensor bad = policy.forward_packed(b, false).logp;
+  CHECK((good - bad).abs().max().item<double>() > 1e-3);
+}
+
+TEST_CASE("shared prompts: two AdamW updates leave the weights and optimizer state of unshared ones (float64 1e-12)",
+          "[llama][policy][share]") {
+  const std::vector<int64_t> prompt{3, 17, 5, 40, 22, 9};
+  std::vector<ArSample> samples;
+  for (int64_t k = 0; k < 4; ++k) {
+    std::vector<int64_t> t = prompt;
+    for (int64_t j = 0; j <= k; ++j) t.push_back(10 + 7 * k + j);
+    samples.push_back(sample(t, 6, k % 2 ? 0.7 : -0.8, k));
+    samples.back().group_id = 0;
+  }
+  std::vector<const ArSample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  const LossDenominators den{10, 4, 6};
+  std::vector<std::vector<torch::Tensor>> params, exp_avg, exp_avg_sq;
+  for (const bool share : {true, false}) {
+    LlamaPolicy policy(models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64), {false, true, 4});
+    // One optimizer per parameter (AdamW is elementwise: the same updates), so each state map holds
+    // one entry and is read without the library's private key format.
+    std::vector<std::unique_ptr<torch::optim::AdamW>> adam;
+    for (const auto& p : policy.parameters())
+      adam.push_back(std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{p},
+                                                           torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+    UpdateOptions o;
+    o.dtype = torch::kFloat64;
+    o.packed = true, o.share_prompts = share;
+    o.entropy_coef = 0.01;
+    for (int step = 0; step < 2; ++step) {
+      for (auto& a : adam) a->zero_grad();
+      const torch::Tensor old = layout_logp(policy, ptrs, true, share);
+      train_micro(policy, ptrs, den, o, old);
+      for (auto& a : adam) a->step();
+    }
+    params.emplace_back(), exp_avg.emplace_back(), exp_avg_sq.emplace_back();
+    const std::vector<torch::Tensor> ps = policy.parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      params.back().push_back(ps[i].detach().clone());
+      REQUIRE(adam[i]->state().size() == 1);
+      const auto& st = static_cast<torch::optim::AdamWParamState&>(*adam[i]->state().begin()->second);
+      exp_avg.back().push_back(st.exp_avg().clone());
+      exp_avg_sq.back().push_back(st.exp_avg_sq().clone());
+    }
+  }
+  double worst = 0, moved = 0;
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    worst =
+        std::max({worst, test::rel_to_max(params[0][i], params[1][i]), test::rel_to_max(exp_avg[0][i], exp_avg[1][i]),
+                  test::rel_to_max(exp_avg_sq[0][i], exp_avg_sq[1][i])});
+    moved = std::max(moved, exp_avg[1][i].abs().max().item<double>());
+  }
+  CHECK(moved > 0);  // the updates did something
+  CHECK(worst < 1e-12);
+}

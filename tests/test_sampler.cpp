@@ -196,6 +196,29 @@ TEST_CASE("pick_token: inverse CDF over temperature / top-k / top-p, greedy ties
   CHECK(drawn.size() > nucleus.size() / 2);
 }
 
+TEST_CASE("pick_tokens: a batch of rows chooses what each row alone chooses", "[sampler]") {
+  // The batch computes its weights in one vectorised pass; a row alone may take another path
+  // through the exp kernel (its tail), which can differ in the last bit of a weight, and a choice
+  // only moves if a uniform lies within such a bit of a cumulative boundary: tokens are compared.
+  const int64_t m = 16, n = 1001;  // an odd width, so rows start at every vector offset
+  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(9), torch::kFloat64) * 2.0;  // (m, n)
+  std::vector<double> u;
+  for (int64_t i = 0; i < m; ++i) u.push_back((i + 0.37) / m);
+  for (int variant = 0; variant < 4; ++variant) {
+    SamplingParams p = sampling(variant == 0 ? 0.0 : 0.7);
+    if (variant == 2) p.top_k = 50;
+    if (variant == 3) p.top_p = 0.8;
+    const std::vector<int64_t> batch = models::pick_tokens(z, p, u);
+    for (int64_t i = 0; i < m; ++i) CHECK(batch[i] == models::pick_token(z.data_ptr<double>() + i * n, n, p, u[i]));
+  }
+  torch::Tensor bad = z.clone();
+  bad[5][7] = std::nan("");
+  CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("NaN or +inf"));
+  bad = z.clone();
+  bad[3].fill_(-INFINITY);
+  CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("all -inf"));
+}
+
 TEST_CASE("greedy equals step-by-step argmax of model->logits on the full prefix", "[sampler]") {
   models::LlamaForCausalLM model = make_model();
   const auto reqs = make_requests(5);
@@ -443,4 +466,60 @@ TEST_CASE("invalid sampling params and prompts are UserErrors", "[sampler]") {
   fails(sampling(), bad, "outside the vocabulary");
   bad = reqs, bad[0].max_new_tokens = 96;
   fails(sampling(), bad, "max_seq_len");
+}
+
+TEST_CASE("a group's prompt prefilled once gives the samples of separate prefills (float64)", "[sampler][share]") {
+  models::LlamaForCausalLM model = make_model();
+  // Groups of 4 samples (their own streams) of 3 prompts, groups interleaved with a lone prompt,
+  // and max_batch 6, so one group is split across admissions.
+  const auto prompts = make_requests(4, 17);
+  std::vector<GenerationRequest> reqs;
+  for (int64_t g = 0; g < 3; ++g)
+    for (int64_t k = 0; k < 4; ++k) reqs.push_back({prompts[g].prompt, models::sample_seed(5, 0, g, k)});
+  reqs.push_back(prompts[3]);
+  for (const double temperature : {1.0, 0.0}) {
+    INFO("temperature " << temperature);
+    SamplingParams p = sampling(temperature, 10);
+    p.max_batch = 6;
+    models::GenerationStats alone_stats, shared_stats;
+    const auto alone = models::generate(*model, reqs, p, &alone_stats);
+    p.share_prompts = true;
+    const auto shared = models::generate(*model, reqs, p, &shared_stats);
+    check_same(shared, alone, 1e-12);
+    // Prefilled fewer prompt tokens: each group once per admission it spans.
+    CHECK(shared_stats.prefill_tokens < alone_stats.prefill_tokens);
+    if (temperature > 0) {  // not degenerate: a group's samples differ from each other
+      std::set<std::vector<int64_t>> group0;
+      for (int64_t k = 0; k < 4; ++k) group0.insert(shared[k].tokens);
+      CHECK(group0.size() > 1);
+    }
+  }
+}
+
+TEST_CASE("under continuous batching a group's later samples fork a live sample's prompt (float64)",
+          "[sampler][share]") {
+  models::LlamaForCausalLM model = make_model();
+  // Two slots and 4 samples per prompt of shrinking lengths: each sample is admitted when one
+  // before it retires, while another of its group is still decoding.
+  const auto prompts = make_requests(3, 29);
+  std::vector<GenerationRequest> reqs;
+  int64_t distinct = 0;
+  for (int64_t g = 0; g < 3; ++g) {
+    distinct += static_cast<int64_t>(prompts[g].prompt.size());
+    for (int64_t k = 0; k < 4; ++k) {
+      reqs.push_back({prompts[g].prompt, models::sample_seed(7, 0, g, k)});
+      reqs.back().max_new_tokens = 9 - 2 * k;
+    }
+  }
+  for (const double temperature : {1.0, 0.0}) {
+    INFO("temperature " << temperature);
+    SamplingParams p = sampling(temperature, 10);
+    p.max_batch = 2;
+    const auto alone = models::generate(*model, reqs, p);
+    p.share_prompts = true;
+    models::GenerationStats stats;
+    const auto shared = models::generate(*model, reqs, p, &stats);
+    check_same(shared, alone, 1e-12);
+    CHECK(stats.prefill_tokens == distinct);  // each prompt prefilled exactly once
+  }
 }

@@ -169,3 +169,49 @@ TEST_CASE("the workload cost model weights long sequences quadratically", "[sche
   o.cost_model = CostModel::kTokens;
   CHECK(sample_cost({100, 0, 0}, o) == 100.0);
 }
+
+TEST_CASE("share_prompts: a group's prompt counted once, groups kept in a micro, split when over budget",
+          "[schedule][share]") {
+  // 3 groups of 4 samples: prompt 40 tokens (39 shared), responses of 10 tokens: 50 tokens each alone.
+  std::vector<SampleCost> samples;
+  for (int64_t g = 0; g < 3; ++g)
+    for (int64_t k = 0; k < 4; ++k) samples.push_back({50, 10, g, 39});
+  CHECK(micro_tokens(samples, {0, 1, 2, 3}, true) == 50 + 3 * 11);
+  CHECK(micro_tokens(samples, {0, 1, 2, 3}, false) == 200);
+  CHECK(micro_tokens(samples, {3, 4}, true) == 100);  // two groups: nothing shared
+  ScheduleOptions o;
+  o.max_tokens_per_micro = 90;  // a whole group takes 83 tokens shared (200 unshared)
+  o.share_prompts = true;
+  const Schedule s = build_schedule(samples, o);
+  const auto& micros = s.minis[0].ranks[0].micros;
+  REQUIRE(micros.size() == 3);  // one micro per group: the lower bound at 83 tokens a group
+  for (const auto& m : micros) {
+    CHECK(m.share_prompts);
+    CHECK_FALSE(m.padded);
+    CHECK(m.tokens == 83);
+    REQUIRE(m.samples.size() == 4);
+    CHECK(samples[m.samples[0]].group_id == samples[m.samples[3]].group_id);
+  }
+  // A budget below a whole group: the group is cut into chunks that fit, each repeating the prompt.
+  o.max_tokens_per_micro = 70;  // 2 samples share to 61 tokens; 3 would take 72
+  const Schedule split = build_schedule(samples, o);
+  int64_t total = 0, count = 0;
+  for (const auto& m : split.minis[0].ranks[0].micros) {
+    CHECK(m.tokens <= 70);
+    total += m.tokens, count += static_cast<int64_t>(m.samples.size());
+  }
+  CHECK(count == 12);
+  CHECK(total == 6 * 61);  // 6 chunks of 2 samples
+  // dp 2: groups stay whole on a rank, and the rank cost counts their prompts once.
+  o.max_tokens_per_micro = 90;
+  o.dp = 2;
+  const Schedule two = build_schedule(samples, o);
+  for (const auto& rank : two.minis[0].ranks)
+    for (const auto& m : rank.micros) CHECK(m.tokens == 83);
+  // Control: without sharing the same budget cuts every group into 50-token samples.
+  o.share_prompts = false;
+  o.dp = 1;
+  const Schedule plain = build_schedule(samples, o);
+  for (const auto& m : plain.minis[0].ranks[0].micros) CHECK_FALSE(m.share_prompts);
+  CHECK(plain.minis[0].ranks[0].micros.size() == 12);
+}

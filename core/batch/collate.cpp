@@ -42,24 +42,49 @@ torch::Tensor floats(const std::vector<double>& v, torch::Dtype dtype) {
 
 }  // namespace
 
+bool same_prompt(const ArSample& a, const ArSample& b) {
+  return a.group_id == b.group_id && a.prompt_len == b.prompt_len &&
+         std::equal(a.tokens.begin(), a.tokens.begin() + a.prompt_len, b.tokens.begin());
+}
+
 PackedBatch collate_packed(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
-                           torch::Dtype dtype) {
-  std::vector<int64_t> ids, pos, targets, seq;
+                           torch::Dtype dtype, bool share_prompts) {
+  std::vector<int64_t> ids, pos, targets, seq, prefix_of;
   std::vector<double> mask, adv, logp;
   std::vector<int32_t> cu{0};
   int64_t max_len = 0;
-  for (size_t b = 0; b < samples.size(); ++b) {
+  bool shared_any = false;
+  // Appends rows [from, to) of sample b's per-token fields as one sequence of cu_seqlens.
+  const auto append = [&](size_t b, const SequenceRows& r, int64_t from, int64_t to, int64_t prefix) {
     const ArSample& s = *samples[b];
-    const SequenceRows r = sequence_rows(s);
-    ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
-    pos.insert(pos.end(), r.positions.begin(), r.positions.end());
-    targets.insert(targets.end(), r.targets.begin(), r.targets.end());
-    mask.insert(mask.end(), r.mask.begin(), r.mask.end());
-    adv.insert(adv.end(), r.adv.begin(), r.adv.end());
-    logp.insert(logp.end(), r.logp.begin(), r.logp.end());
-    seq.insert(seq.end(), s.tokens.size(), static_cast<int64_t>(b));
-    cu.push_back(cu.back() + static_cast<int32_t>(s.length()));
-    max_len = std::max(max_len, s.length());
+    ids.insert(ids.end(), s.tokens.begin() + from, s.tokens.begin() + to);
+    pos.insert(pos.end(), r.positions.begin() + from, r.positions.begin() + to);
+    targets.insert(targets.end(), r.targets.begin() + from, r.targets.begin() + to);
+    mask.insert(mask.end(), r.mask.begin() + from, r.mask.begin() + to);
+    adv.insert(adv.end(), r.adv.begin() + from, r.adv.begin() + to);
+    logp.insert(logp.end(), r.logp.begin() + from, r.logp.begin() + to);
+    seq.insert(seq.end(), to - from, static_cast<int64_t>(b));
+    cu.push_back(cu.back() + static_cast<int32_t>(to - from));
+    prefix_of.push_back(prefix);
+    max_len = std::max(max_len, to - from);
+  };
+  for (size_t b = 0; b < samples.size();) {
+    size_t end = b + 1;
+    if (share_prompts && samples[b]->prompt_len >= 2)
+      while (end < samples.size() && same_prompt(*samples[b], *samples[end])) ++end;
+    if (end - b < 2) {  // alone: the whole sequence
+      append(b, sequence_rows(*samples[b]), 0, samples[b]->length(), -1);
+      ++b;
+      continue;
+    }
+    // The prompt but its last token once (its targets are prompt tokens: masked), then each
+    // sample from its prompt's last token on, continuing it.
+    shared_any = true;
+    const int64_t shared = samples[b]->prompt_len - 1;
+    const auto prompt_seq = static_cast<int64_t>(prefix_of.size());
+    append(b, sequence_rows(*samples[b]), 0, shared, -1);
+    for (size_t i = b; i < end; ++i) append(i, sequence_rows(*samples[i]), shared, samples[i]->length(), prompt_seq);
+    b = end;
   }
   PackedBatch p;
   p.input_ids = ints(ids).view({1, -1});
@@ -71,6 +96,7 @@ PackedBatch collate_packed(const std::vector<const ArSample*>& samples, const Lo
   p.advantages = floats(adv, dtype);
   p.rollout_logp = floats(logp, dtype);
   p.seq_index = ints(seq);
+  if (shared_any) p.prefix_of = ints(prefix_of);
   p.denominators = denominators;
   return p;
 }

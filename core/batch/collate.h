@@ -23,7 +23,11 @@ struct PackedBatch {
   torch::Tensor loss_mask;     // (N) float: 1 where the target is an action token
   torch::Tensor advantages;    // (N) float, the sequence's advantage at every position
   torch::Tensor rollout_logp;  // (N) float, the sampler's log-prob of the target (0 where masked)
-  torch::Tensor seq_index;     // (N) int64, sequence index in [0, B)
+  torch::Tensor seq_index;     // (N) int64, sample index in [0, B) (the micro's samples)
+  // Shared prompts (collate_packed with share_prompts): (S) int64 over the S sequences of
+  // cu_seqlens, -1 or the sequence a response continues (models/llama/inputs.h); undefined when
+  // no sample shares its prompt.
+  torch::Tensor prefix_of;
   LossDenominators denominators;
   int64_t num_seqs() const { return cu_seqlens.numel() - 1; }
   int64_t num_tokens() const { return input_ids.size(1); }
@@ -41,9 +45,17 @@ struct PaddedBatch {
   LossDenominators denominators;
 };
 
-// `samples` are the micro's samples in schedule order; float fields use `dtype`.
+// `samples` are the micro's samples in schedule order; float fields use `dtype`. With
+// share_prompts, each run of consecutive samples of one group with the same prompt (2 samples or
+// more, prompts of 2 tokens or more) is laid out as the prompt but its last token, once, then per
+// sample its own sequence [last prompt token, response], which continues the prompt (prefix_of):
+// the group's prompt is computed once instead of once per sample. Every action token keeps its
+// target, mask, advantage and rollout log-prob; only the prompt's unmasked rows are shared.
 PackedBatch collate_packed(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
-                           torch::Dtype dtype);
+                           torch::Dtype dtype, bool share_prompts = false);
+
+// Whether samples a and b share a prompt in the sense of collate_packed (same group, same tokens).
+bool same_prompt(const ArSample& a, const ArSample& b);
 PaddedBatch collate_padded(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
                            torch::Dtype dtype);
 

@@ -62,7 +62,9 @@ int64_t RolloutDirectory::position_of(int64_t id) const {
   return it - ids.begin();
 }
 
-SampleCost cost_of(const ArSample& s) { return {s.length(), s.action_tokens(), s.group_id}; }
+SampleCost cost_of(const ArSample& s) {
+  return {s.length(), s.action_tokens(), s.group_id, std::max<int64_t>(0, s.prompt_len - 1)};
+}
 
 std::vector<uint8_t> serialize_samples(const std::vector<const ArSample*>& samples) {
   std::vector<uint8_t> out;
@@ -170,23 +172,27 @@ RolloutDirectory gather_directory(const std::vector<ArSample>& local, parallel::
 
 RolloutDirectory gather_directory(const std::vector<int64_t>& ids, const std::vector<SampleCost>& costs,
                                   parallel::Communicator& dp) {
-  // One row per sample: (id, tokens, action_tokens, group_id).
-  torch::Tensor rows = torch::empty({static_cast<int64_t>(ids.size()), 4}, torch::kInt64);  // (n, 4)
+  // One row per sample: (id, tokens, action_tokens, group_id, shared_tokens).
+  constexpr int64_t kCols = 5;
+  torch::Tensor rows = torch::empty({static_cast<int64_t>(ids.size()), kCols}, torch::kInt64);  // (n, 5)
   auto acc = rows.accessor<int64_t, 2>();
-  for (size_t i = 0; i < ids.size(); ++i)
+  for (size_t i = 0; i < ids.size(); ++i) {
     acc[i][0] = ids[i], acc[i][1] = costs[i].tokens, acc[i][2] = costs[i].action_tokens, acc[i][3] = costs[i].group_id;
-  torch::Tensor all = dp.all_gather_v(rows);  // (N, 4)
+    acc[i][4] = costs[i].shared_tokens;
+  }
+  torch::Tensor all = dp.all_gather_v(rows);  // (N, 5)
   const int64_t n = all.size(0);
-  std::vector<std::array<int64_t, 4>> table(n);
+  std::vector<std::array<int64_t, kCols>> table(n);
   auto a = all.accessor<int64_t, 2>();
-  for (int64_t i = 0; i < n; ++i) table[i] = {a[i][0], a[i][1], a[i][2], a[i][3]};
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < kCols; ++j) table[i][j] = a[i][j];
   std::sort(table.begin(), table.end());
   RolloutDirectory dir;
   for (int64_t i = 0; i < n; ++i) {
     if (i > 0 && table[i][0] == table[i - 1][0])
       throw std::runtime_error("gather_directory: sample id " + std::to_string(table[i][0]) + " on two ranks");
     dir.ids.push_back(table[i][0]);
-    dir.costs.push_back({table[i][1], table[i][2], table[i][3]});
+    dir.costs.push_back({table[i][1], table[i][2], table[i][3], table[i][4]});
   }
   return dir;
 }

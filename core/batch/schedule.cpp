@@ -30,22 +30,58 @@ std::vector<std::vector<int64_t>> make_units(const std::vector<SampleCost>& samp
   return units;
 }
 
+// A rank's members as the items micro packing moves: single samples, or with share_prompts each
+// group's samples, cut into chunks whose shared token count fits the budget (when there is one).
+std::vector<std::vector<int64_t>> packing_items(const std::vector<SampleCost>& samples, std::vector<int64_t> members,
+                                                const ScheduleOptions& o) {
+  std::vector<std::vector<int64_t>> items;
+  if (!o.share_prompts) {
+    for (int64_t i : members) items.push_back({i});
+    return items;
+  }
+  std::sort(members.begin(), members.end());  // a group's samples are consecutive rollout indices
+  for (size_t b = 0; b < members.size();) {
+    size_t e = b + 1;
+    while (e < members.size() && samples[members[e]].group_id == samples[members[b]].group_id) ++e;
+    std::vector<int64_t> chunk;
+    for (size_t i = b; i < e; ++i) {
+      std::vector<int64_t> grown = chunk;
+      grown.push_back(members[i]);
+      if (!chunk.empty() && o.max_tokens_per_micro && micro_tokens(samples, grown, true) > *o.max_tokens_per_micro) {
+        items.push_back(std::move(chunk));
+        chunk = {members[i]};
+      } else {
+        chunk = std::move(grown);
+      }
+    }
+    items.push_back(std::move(chunk));
+    b = e;
+  }
+  return items;
+}
+
 std::vector<MicroBatch> make_micros(const std::vector<SampleCost>& samples, std::vector<int64_t> members,
                                     const ScheduleOptions& o) {
   std::vector<std::vector<int64_t>> groups;
   if (members.empty()) return {};
   if (o.max_tokens_per_micro) {
+    const std::vector<std::vector<int64_t>> items = packing_items(samples, members, o);
     std::vector<double> w;
-    for (int64_t i : members) w.push_back(static_cast<double>(samples[i].tokens));
+    for (const auto& item : items) w.push_back(static_cast<double>(micro_tokens(samples, item, o.share_prompts)));
     for (auto& bin : pack_bins(w, static_cast<double>(*o.max_tokens_per_micro))) {
       std::vector<int64_t> g;
-      for (int64_t j : bin) g.push_back(members[j]);
+      for (int64_t j : bin) g.insert(g.end(), items[j].begin(), items[j].end());
       groups.push_back(std::move(g));
     }
   } else {
-    // Longest first, so each padded (B, T_max) micro holds similar lengths.
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int64_t a, int64_t b) { return samples[a].tokens > samples[b].tokens; });
+    if (o.share_prompts) {
+      // Rollout order keeps each group's samples together, so a micro shares their prompt.
+      std::sort(members.begin(), members.end());
+    } else {
+      // Longest first, so each padded (B, T_max) micro holds similar lengths.
+      std::stable_sort(members.begin(), members.end(),
+                       [&](int64_t a, int64_t b) { return samples[a].tokens > samples[b].tokens; });
+    }
     const size_t mbs = static_cast<size_t>(*o.micro_batch_size);
     for (size_t s = 0; s < members.size(); s += mbs)
       groups.emplace_back(members.begin() + s, members.begin() + std::min(members.size(), s + mbs));
@@ -56,14 +92,16 @@ std::vector<MicroBatch> make_micros(const std::vector<SampleCost>& samples, std:
     std::sort(g.begin(), g.end());
     m.samples = std::move(g);
     for (int64_t i : m.samples) {
-      m.tokens += samples[i].tokens;
       m.action_tokens += samples[i].action_tokens;
       m.action_seqs += samples[i].action_tokens > 0 ? 1 : 0;
       m.max_tokens = std::max(m.max_tokens, samples[i].tokens);
     }
-    m.padded = o.layout == BatchLayout::kPadded ||
-               (o.layout == BatchLayout::kAuto &&
-                micro_prefers_padded(static_cast<int64_t>(m.samples.size()), m.max_tokens, m.tokens, o));
+    m.tokens = micro_tokens(samples, m.samples, o.share_prompts);
+    m.share_prompts = o.share_prompts && m.tokens < micro_tokens(samples, m.samples, false);
+    m.padded =
+        !m.share_prompts && (o.layout == BatchLayout::kPadded ||
+                             (o.layout == BatchLayout::kAuto &&
+                              micro_prefers_padded(static_cast<int64_t>(m.samples.size()), m.max_tokens, m.tokens, o)));
     micros.push_back(std::move(m));
   }
   return micros;
@@ -99,6 +137,19 @@ void check_options(const std::vector<SampleCost>& samples, const ScheduleOptions
 
 }  // namespace
 
+int64_t micro_tokens(const std::vector<SampleCost>& samples, const std::vector<int64_t>& members, bool share_prompts) {
+  int64_t tokens = 0;
+  for (size_t b = 0; b < members.size();) {
+    size_t e = b + 1;
+    if (share_prompts)
+      while (e < members.size() && samples[members[e]].group_id == samples[members[b]].group_id) ++e;
+    for (size_t i = b; i < e; ++i) tokens += samples[members[i]].tokens;
+    if (e - b >= 2) tokens -= static_cast<int64_t>(e - b - 1) * samples[members[b]].shared_tokens;
+    b = e;
+  }
+  return tokens;
+}
+
 double sample_cost(const SampleCost& s, const ScheduleOptions& o) {
   const double t = static_cast<double>(s.tokens);
   return o.cost_model == CostModel::kTokens ? t : t + o.attn_coef * t * t;
@@ -116,7 +167,7 @@ Schedule build_schedule(const std::vector<SampleCost>& samples, const ScheduleOp
   Schedule schedule;
   schedule.dp = o.dp;
   schedule.cost_model = o.cost_model;
-  const auto units = make_units(samples, o.keep_groups);
+  const auto units = make_units(samples, o.keep_groups || o.share_prompts);
   const size_t n_units = units.size(), k = static_cast<size_t>(o.num_mini_batches);
   size_t begin = 0;
   for (size_t mi = 0; mi < k; ++mi) {
@@ -136,6 +187,8 @@ Schedule build_schedule(const std::vector<SampleCost>& samples, const ScheduleOp
         plan.denominators.n_tok += static_cast<double>(samples[i].action_tokens);
         plan.denominators.n_seq += samples[i].action_tokens > 0 ? 1 : 0;
       }
+      if (o.share_prompts)  // a whole group counts its shared rows once
+        c -= static_cast<double>(micro_tokens(samples, units[u], false) - micro_tokens(samples, units[u], true));
       unit_cost.push_back(c);
     }
     for (const auto& part : karmarkar_karp(unit_cost, o.dp, o.refine_balance)) {
@@ -143,8 +196,13 @@ Schedule build_schedule(const std::vector<SampleCost>& samples, const ScheduleOp
       std::vector<int64_t> members;
       for (int64_t j : part)
         for (int64_t i : units[mini_units[j]]) members.push_back(i);
-      for (int64_t i : members) rank.cost += sample_cost(samples[i], o), rank.tokens += samples[i].tokens;
+      for (int64_t j : part) rank.cost += unit_cost[j];
+      for (int64_t i : members) rank.tokens += samples[i].tokens;
       rank.micros = make_micros(samples, members, o);
+      if (o.share_prompts) {
+        rank.tokens = 0;
+        for (const auto& m : rank.micros) rank.tokens += m.tokens;
+      }
       for (auto& m : rank.micros) m.denominators = plan.denominators;
       plan.ranks.push_back(std::move(rank));
     }

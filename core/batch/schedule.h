@@ -20,6 +20,9 @@ struct SampleCost {
   int64_t tokens = 0;         // THD tokens it occupies (AR: sequence length; image: patches)
   int64_t action_tokens = 0;  // tokens the loss trains on (counts towards N_tok)
   int64_t group_id = 0;
+  // Rows a sample shares with the other samples of its group when they sit in one micro and
+  // share_prompts is on (AR: its prompt but the last token); 0: nothing to share.
+  int64_t shared_tokens = 0;
 };
 
 struct ScheduleOptions {
@@ -35,6 +38,10 @@ struct ScheduleOptions {
   double l_norm = 1;                          // copied into every mini's denominators
   bool refine_balance = true;                 // local search after Karmarkar-Karp (false: plain KK, a baseline)
   BatchLayout layout = BatchLayout::kPacked;  // auto: each micro as micro_prefers_padded says
+  // A group's samples count their shared rows once: groups stay whole on a dp rank and in one
+  // micro where the budget allows (split into chunks that fit where it does not, each chunk
+  // repeating the shared rows), and their micros are packed with the rows shared.
+  bool share_prompts = false;
 };
 
 // auto picks the padded (B, T_max) layout for a micro when its padding is at most this fraction
@@ -50,6 +57,7 @@ struct MicroBatch {
   int64_t action_seqs = 0;        // this micro's share of N_seq
   int64_t max_tokens = 0;         // its longest sample (the padded layout's T)
   bool padded = false;            // collate as (B, T_max) instead of packed THD
+  bool share_prompts = false;     // packed with each group's shared rows once (collate_packed)
   LossDenominators denominators;  // the whole mini-batch's
 };
 
@@ -73,6 +81,10 @@ struct Schedule {
 };
 
 double sample_cost(const SampleCost& s, const ScheduleOptions& o);
+
+// Tokens `members` (sample indices, ascending) occupy in one micro: with share_prompts, a run of
+// samples of one group counts its shared rows once.
+int64_t micro_tokens(const std::vector<SampleCost>& samples, const std::vector<int64_t>& members, bool share_prompts);
 
 // Throws UserError when a sample exceeds the token budget or the options are invalid.
 Schedule build_schedule(const std::vector<SampleCost>& samples, const ScheduleOptions& options);

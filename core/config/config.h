@@ -178,6 +178,9 @@ struct ArTrackConfig {
   std::optional<LossAggMode> loss_agg_mode;
   // packed THD or padded (B, T) micros; auto lets the schedule pick per micro (same numerics).
   BatchLayout layout = BatchLayout::kAuto;
+  // auto: a group's prompt is computed once, in the sampler's prefill and in packed training
+  // micros, wherever that applies (a Llama policy; training with cp 1); off: once per sample.
+  SharePrompt share_prompt = SharePrompt::kAuto;
   ArModelConfig model;
   TokenizerConfig tokenizer;
   ArDataConfig data;

@@ -183,6 +183,7 @@ void visit(V& v, ArTrackConfig& c) {
   v.field("max_tokens_per_micro", c.max_tokens_per_micro, at_least(1));
   v.field("loss_agg_mode", c.loss_agg_mode);
   v.field("layout", c.layout);
+  v.field("share_prompt", c.share_prompt);
   v.section("model", c.model);
   v.section("tokenizer", c.tokenizer);
   v.section("data", c.data);

@@ -27,6 +27,8 @@ enum class RopeType { kNone, kLinear, kLlama3 };
 enum class ArArch { kLlama, kUnified };
 // The image policy: the track's own DiT, or the AR track's unified model prompted by text.
 enum class ImageArch { kDit, kShared };
+// A GRPO group's prompt computed once (rollout prefill and packed training micros) or per sample.
+enum class SharePrompt { kAuto, kOff };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -58,6 +60,7 @@ TANDEM_ENUM_NAMES(CfgGrad, 2, {CfgGrad::kFull, "full"}, {CfgGrad::kCondOnly, "co
 TANDEM_ENUM_NAMES(RopeType, 3, {RopeType::kNone, "none"}, {RopeType::kLinear, "linear"}, {RopeType::kLlama3, "llama3"})
 TANDEM_ENUM_NAMES(ArArch, 2, {ArArch::kLlama, "llama"}, {ArArch::kUnified, "unified"})
 TANDEM_ENUM_NAMES(ImageArch, 2, {ImageArch::kDit, "dit"}, {ImageArch::kShared, "shared"})
+TANDEM_ENUM_NAMES(SharePrompt, 2, {SharePrompt::kAuto, "auto"}, {SharePrompt::kOff, "off"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

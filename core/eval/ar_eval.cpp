@@ -27,6 +27,7 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   max_new_tokens_ = eval_.max_new_tokens.value_or(ar.rollout.max_new_tokens);
   top_p_ = ar.rollout.top_p;
   top_k_ = ar.rollout.top_k;
+  share_prompts_ = ar.share_prompt == SharePrompt::kAuto;
   ArTrackConfig held_out = ar;
   held_out.data = eval_.data;
   format_ = std::make_unique<PromptFormat>(prompt_format_options(held_out), tokenizer);
@@ -51,6 +52,7 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   sp.max_new_tokens = max_new_tokens_;
   sp.vocab_limit = tokenizer_.vocab_size();
   sp.stop_ids = format_->stop_ids();
+  sp.share_prompts = share_prompts_;  // a prompt's k samples prefill it once
   models::SamplingParams greedy = sp;
   greedy.temperature = 0;
   // Prompts go out in fixed chunks (chunk c to dp rank c % size), so every prompt is generated in

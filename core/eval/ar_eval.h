@@ -37,6 +37,7 @@ class ArEvaluator {
   int64_t max_new_tokens_ = 0;
   double top_p_ = 1.0;
   int64_t top_k_ = 0;
+  bool share_prompts_ = false;
   const models::Tokenizer& tokenizer_;
   std::unique_ptr<PromptFormat> format_;
   std::vector<tasks::Prompt> prompts_;

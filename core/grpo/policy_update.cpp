@@ -110,7 +110,7 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   std::optional<PaddedBatch> padded;
   TokenInputs in;
   if (o.packed) {
-    packed = collate_packed(samples, denominators, o.dtype);
+    packed = collate_packed(samples, denominators, o.dtype, o.share_prompts);
     in.mask = flat(packed->loss_mask), in.adv = flat(packed->advantages), in.seq_index = flat(packed->seq_index);
     in.rollout = flat(packed->rollout_logp);
   } else {

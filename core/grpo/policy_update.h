@@ -55,6 +55,8 @@ struct UpdateOptions {
   // Fuse the loss into the lm head when the model can and the loss is token-separable (the
   // token ratio; GSPO's sequence ratio needs every token's log-prob first). Same gradient.
   bool fuse_head = true;
+  // Packed micros lay a group's prompt out once (collate_packed); the model must take prefix_of.
+  bool share_prompts = false;
   // Runs right after the micro's backward (mixed precision: moves the gradient to the master).
   std::function<void()> after_backward;
 };

@@ -11,7 +11,7 @@ LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions 
     : model_(std::move(model)), options_(options) {}
 
 models::PackedInput to_model_input(const PackedBatch& b) {
-  return {b.input_ids, b.position_ids, b.cu_seqlens, b.max_seqlen};
+  return {b.input_ids, b.position_ids, b.cu_seqlens, b.max_seqlen, b.prefix_of};
 }
 
 models::PaddedInput to_model_input(const PaddedBatch& b) { return {b.input_ids, b.position_ids, b.attention_mask}; }
@@ -23,10 +23,12 @@ Input on_device(Input in, const torch::Device& d) {
   if (d.is_cpu()) return in;
   in.input_ids = in.input_ids.to(d);
   in.position_ids = in.position_ids.to(d);
-  if constexpr (std::is_same_v<Input, models::PackedInput>)
+  if constexpr (std::is_same_v<Input, models::PackedInput>) {
     in.cu_seqlens = in.cu_seqlens.to(d);
-  else
+    if (in.prefix_of.defined()) in.prefix_of = in.prefix_of.to(d);
+  } else {
     in.attention_mask = in.attention_mask.to(d);
+  }
   return in;
 }
 }  // namespace

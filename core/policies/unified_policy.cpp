@@ -69,6 +69,8 @@ PolicyModel::Output UnifiedTextPolicy::forward_padded(const PaddedBatch& b, bool
 }
 
 PolicyModel::Output UnifiedTextPolicy::forward_packed(const PackedBatch& b, bool with_entropy) {
+  if (b.prefix_of.defined())
+    throw std::logic_error("the unified model runs packed micros as padded rows: it takes no shared prompts");
   const torch::Tensor cu = b.cu_seqlens.to(torch::kInt64);            // (B+1)
   const torch::Tensor lengths = cu.slice(0, 1) - cu.slice(0, 0, -1);  // (B)
   const int64_t t = b.max_seqlen;

@@ -96,6 +96,14 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   spdlog::info("ar policy: {} ({} parameters on this rank) {} in {:.2f} s",
                ar.model.hf_dir ? *ar.model.hf_dir : "random init", n_params, ar.model.hf_dir ? "loaded" : "built",
                seconds_since(load_start));
+  if (ar.share_prompt == SharePrompt::kAuto && !rollout_only)
+    spdlog::info("ar share_prompt auto: {}",
+                 !unified_.is_empty() ? "not applied (the unified model's sampler has no KV cache to fork, and it runs "
+                                        "packed micros as padded rows)"
+                 : share_in_training()
+                     ? "a group's prompt is prefilled once and laid out once in packed training micros"
+                     : "a group's prompt is prefilled once; training: not applied under cp (context parallelism "
+                       "splits each micro's rows over ranks)");
   if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
   if (config.eval.enabled() && !rollout_only) {
     evaluator_ = std::make_unique<ArEvaluator>(config, *tokenizer_);
@@ -136,6 +144,7 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   sp.max_new_tokens = ar.rollout.max_new_tokens;
   sp.vocab_limit = tokenizer_->vocab_size();
   sp.stop_ids = format_->stop_ids();
+  sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
   for (const std::string& s : ar.rollout.stop) {
     const auto ids = tokenizer_->encode(s);
     if (ids.size() == 1)
@@ -263,6 +272,13 @@ MetricMap ArTrack::evaluate(const std::string&, int64_t) {
   return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
 }
 
+bool ArTrack::share_in_training() const {
+  // The unified model runs packed micros as padded rows, and cp splits a micro's rows over ranks:
+  // neither lays a prompt out once.
+  return config_.tracks.ar.share_prompt == SharePrompt::kAuto && unified_.is_empty() &&
+         (comms_.model_cp == nullptr || comms_.model_cp->size() == 1);
+}
+
 int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
 
 int64_t ArTrack::ar_prompts_per_step() const { return config_.tracks.ar.rollout.prompts_per_step; }
@@ -321,6 +337,7 @@ ScheduleOptions ArTrack::schedule_options() const {
   so.l_norm = static_cast<double>(ar.algo.loss_norm_len.value_or(ar.rollout.max_new_tokens));
   // cp shards packed micros only; tp and dp take either layout.
   so.layout = comms_.model_cp != nullptr && comms_.model_cp->size() > 1 ? BatchLayout::kPacked : ar.layout;
+  so.share_prompts = share_in_training();
   return so;
 }
 
@@ -328,11 +345,17 @@ void ArTrack::schedule_metrics(const ScheduleOptions& so, MetricMap& metrics) co
   const ScheduleStats ss = schedule_stats(schedule_, directory_.costs, so);
   metrics["schedule/balance"] = ss.balance;
   metrics["schedule/micros"] = static_cast<double>(ss.micros);
-  double padded = 0;
+  double padded = 0, rows = 0, unshared = 0;
   for (const auto& mini : schedule_.minis)
     for (const auto& rank : mini.ranks)
-      for (const auto& micro : rank.micros) padded += micro.padded ? 1 : 0;
+      for (const auto& micro : rank.micros) {
+        padded += micro.padded ? 1 : 0;
+        rows += static_cast<double>(micro.tokens);
+        for (int64_t i : micro.samples) unshared += static_cast<double>(directory_.costs[i].tokens);
+      }
   metrics["schedule/padded_micros"] = padded;
+  // The share of the batch's token rows that shared prompts spared each training forward.
+  metrics["schedule/shared_rows_frac"] = unshared > 0 ? 1.0 - rows / unshared : 0.0;
 }
 
 std::vector<ArSample> ArTrack::receive_rollout(int64_t step, MetricMap& metrics) {
@@ -462,7 +485,8 @@ std::vector<std::vector<torch::Tensor>> ArTrack::forward_micros(PolicyModel& pol
         const PaddedBatch b = collate_padded(samples_of(micro, directory, mine), micro.denominators, dtype_);
         o = policy.forward_padded(b, entropy != nullptr), loss_mask = b.loss_mask;
       } else {
-        const PackedBatch b = collate_packed(samples_of(micro, directory, mine), micro.denominators, dtype_);
+        const PackedBatch b =
+            collate_packed(samples_of(micro, directory, mine), micro.denominators, dtype_, micro.share_prompts);
         o = policy.forward_packed(b, entropy != nullptr), loss_mask = b.loss_mask;
       }
       out.back().push_back(o.logp.detach());
@@ -495,6 +519,7 @@ void ArTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
     const torch::Tensor old = old_logp_.empty() ? torch::Tensor() : old_logp_[mini][k];
     const torch::Tensor ref = ref_logp_.empty() ? torch::Tensor() : ref_logp_[mini][k];
     o.packed = !micros[k].padded;
+    o.share_prompts = micros[k].share_prompts;
     MicroOutcome m = train_micro(*policy_, micro_samples(micros[k]), micros[k].denominators, o, old, ref);
     if (mini == 0 && k == 0 && fault::nan_loss(comms_.world->rank(), step_)) m.loss = std::nan("");
     loss_finite_ = loss_finite_ && std::isfinite(m.loss);

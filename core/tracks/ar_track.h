@@ -89,6 +89,7 @@ class ArTrack final : public Track {
   std::vector<ArSample> prepare_overlapped(int64_t step, MetricMap& metrics);
   std::vector<ArSample> replay(int64_t step);
   int64_t policy_vocab_size() const;
+  bool share_in_training() const;  // tracks.ar.share_prompt where it applies
   void keep_shown(const std::vector<ArSample>& local);
   int64_t ar_prompts_per_step() const;
   void dump(int64_t step, const std::vector<ArSample>& samples) const;

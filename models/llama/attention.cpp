@@ -28,10 +28,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
   torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
   torch::Tensor out;                                                                       // (N, H_l, D)
   if (kv != nullptr && layout.decode()) {
-    store_decode(*kv, k, v, layout.cache_positions);
+    store_decode(*kv, k, v, layout.cache_rows);
     const int64_t span = layout.cache_key_valid.size(1);
     out = decode_attention(q, kv->k.narrow(0, 0, n).narrow(2, 0, span), kv->v.narrow(0, 0, n).narrow(2, 0, span),
-                           layout.cache_key_valid);
+                           layout.cache_key_valid, kv->pk, kv->pv, layout.prefix_groups);
   } else if (layout.padded()) {
     const int64_t b = layout.batch, t = layout.width;
     out = padded_attention(q.view({b, t, local_heads_, d}), k.view({b, t, local_kv_heads_, d}),
@@ -45,7 +45,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     }
     // A prefill attends to its own fresh K/V exactly as the training forward does; the cache
     // only keeps them for the decode steps.
-    if (kv != nullptr) store_prefill(*kv, k, v, layout.segments, layout.cache_slots);
+    if (kv != nullptr) store_prefill(*kv, k, v, layout.segments, layout.cache_slots, layout.cache_prefixes);
     out = packed_attention(q, k, v, layout.packed_plan);
   }
   return o_proj(out.reshape({n, local_heads_ * d}));  // (N, hidden)

@@ -30,13 +30,16 @@ struct AttentionLayout {
   bool padded() const { return key_valid.defined(); }
 
   // Incremental decoding (cp is never used). Prefill: a packed forward whose segment i also
-  // stores its K/V in the empty cache slot cache_slots[i]. Decode: row i is the next token of
-  // slot i, stored at cache_positions[i]; it attends to the slot's keys where cache_key_valid.
+  // stores its K/V in the empty cache slot cache_slots[i] (a prefix slot with cache_prefixes).
+  // Decode: row i is the next token of slot i, stored at the slot's row cache_rows[i]; it
+  // attends to its prefix group's rows, if any, and to the slot's own where cache_key_valid.
   KvCache* cache = nullptr;
-  std::vector<int64_t> cache_slots;  // prefill
-  torch::Tensor cache_positions;     // decode: (n) int64
-  torch::Tensor cache_key_valid;     // decode: (n, S) bool, S = the longest slot after this step
-  bool decode() const { return cache != nullptr && cache_positions.defined(); }
+  std::vector<int64_t> cache_slots;        // prefill
+  bool cache_prefixes = false;             // prefill: into the prefix store
+  torch::Tensor cache_rows;                // decode: (n) int64
+  torch::Tensor cache_key_valid;           // decode: (n, S) bool, S = the longest slot after this step
+  std::vector<PrefixGroup> prefix_groups;  // decode: the slots that read each shared prefix
+  bool decode() const { return cache != nullptr && cache_rows.defined(); }
 };
 
 // Builds layout.packed_plan from layout.segments: q_rows this rank's rows, k_rows the K/V rows

@@ -93,12 +93,36 @@ std::vector<AttentionSegment> segments_from_cu_seqlens(const torch::Tensor& cu_s
   return segments;
 }
 
+std::vector<AttentionSegment> segments_with_prefixes(const torch::Tensor& cu_seqlens, const torch::Tensor& prefix_of) {
+  const torch::Tensor cu = cu_seqlens.to(torch::kCPU).to(torch::kInt64).contiguous();
+  const torch::Tensor pre = prefix_of.to(torch::kCPU).to(torch::kInt64).contiguous();
+  const int64_t b = cu.numel() - 1;
+  if (pre.numel() != b) throw std::invalid_argument("packed input: prefix_of must have one entry per sequence");
+  const int64_t* c = cu.data_ptr<int64_t>();
+  const int64_t* p = pre.data_ptr<int64_t>();
+  std::vector<AttentionSegment> segments;
+  for (int64_t i = 0; i < b; ++i) {
+    if (c[i + 1] <= c[i]) continue;
+    if (p[i] < 0) {
+      segments.push_back({c[i], c[i + 1] - c[i], c[i], 0});
+      continue;
+    }
+    if (p[i] >= b || p[i] == i || p[p[i]] >= 0)
+      throw std::invalid_argument("packed input: sequence " + std::to_string(i) + " names prefix " +
+                                  std::to_string(p[i]) + ", which is not a sequence without a prefix of its own");
+    segments.push_back({c[i], c[i + 1] - c[i], c[p[i]], c[p[i] + 1] - c[p[i]], c[i]});
+  }
+  return segments;
+}
+
 PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
                                           int64_t heads, torch::Device device, double span_ratio) {
   int64_t row = 0;
   for (const AttentionSegment& s : segments) {
+    const bool split = s.k_own >= 0;  // prefix rows at k_begin, own rows at k_own
     if (s.q_begin != row || s.length <= 0 || s.q_offset < 0 || s.k_begin < 0 ||
-        s.k_begin + s.q_offset + s.length > k_rows)
+        (split ? s.k_begin + s.q_offset > k_rows || s.k_own + s.length > k_rows
+               : s.k_begin + s.q_offset + s.length > k_rows))
       throw std::invalid_argument("packed_attention: segments must cover the query rows in order within K/V");
     row += s.length;
   }
@@ -128,10 +152,13 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
     for (size_t j = first; j < end; ++j) {
       const AttentionSegment& s = segments[by_span[j]];
       const int64_t b = static_cast<int64_t>(j - first);
-      dense = dense && s.q_offset == 0 && s.k_begin == s.q_begin && s.length == lq &&
+      dense = dense && s.q_offset == 0 && s.k_own < 0 && s.k_begin == s.q_begin && s.length == lq &&
               s.q_begin == segments[by_span[first]].q_begin + b * lq;
       for (int64_t i = 0; i < lq; ++i) q_index.push_back(s.q_begin + std::min(i, s.length - 1));
-      for (int64_t i = 0; i < lk; ++i) k_index.push_back(s.k_begin + std::min(i, span(by_span[j]) - 1));
+      for (int64_t i = 0; i < lk; ++i) {
+        const int64_t pos = std::min(i, span(by_span[j]) - 1);  // padding repeats the last real key
+        k_index.push_back(s.k_own >= 0 && pos >= s.q_offset ? s.k_own + (pos - s.q_offset) : s.k_begin + pos);
+      }
       for (int64_t i = 0; i < s.length; ++i) {
         real_rows.push_back(b * lq + i);
         order[static_cast<size_t>(s.q_begin + i)] = out_row++;
@@ -216,6 +243,77 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const torch::Tensor blocked = key_valid.logical_not().view({n, 1, 1, span});   // (n, 1, 1, S)
   const torch::Tensor probs = masked_softmax(scores, blocked, q.scalar_type());  // (n, H_kv, G, S)
   return torch::matmul(probs, v).view({n, heads, dim});                          // (n, H_kv, G, D) -> (n, H, D)
+}
+
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
+                               const std::vector<PrefixGroup>& groups) {
+  if (groups.empty()) return decode_attention(q, k, v, key_valid);
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
+  const int64_t group = heads / kv_heads, g = static_cast<int64_t>(groups.size());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const double kInf = std::numeric_limits<double>::infinity();
+  const torch::ScalarType ct = compute_dtype(q.scalar_type());
+  // Every group's readers padded to the largest group (slot n: a zero query row), and where each
+  // sequence's prefix scores land among the groups' (g * m_max; row g * m_max: none, all -inf).
+  int64_t m_max = 1, longest = 1;
+  for (const PrefixGroup& x : groups) m_max = std::max(m_max, x.members.size(0)), longest = std::max(longest, x.length);
+  std::vector<int64_t> gather(static_cast<size_t>(g * m_max), n), place(static_cast<size_t>(n), g * m_max);
+  std::vector<int64_t> ids, lengths;
+  for (int64_t j = 0; j < g; ++j) {
+    const torch::Tensor members = groups[j].members.to(torch::kCPU).contiguous();
+    for (int64_t r = 0; r < members.size(0); ++r) {
+      const int64_t i = members.data_ptr<int64_t>()[r];
+      gather[j * m_max + r] = i, place[i] = j * m_max + r;
+    }
+    ids.push_back(groups[j].prefix), lengths.push_back(groups[j].length);
+  }
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  const torch::Tensor gather_t = torch::tensor(gather, torch::kInt64).to(q.device());  // (g m_max)
+  const torch::Tensor place_t = torch::tensor(place, torch::kInt64).to(q.device());    // (n)
+  // The groups' prefix slots: a view when they are consecutive (the usual case), else a gather.
+  bool consecutive = true;
+  for (int64_t j = 1; j < g; ++j) consecutive = consecutive && ids[j] == ids[0] + j;
+  const torch::Tensor slots = torch::tensor(ids, torch::kInt64).to(q.device());
+  const torch::Tensor keys_t =  // (g, H_kv, D, P)
+      (consecutive ? pk.narrow(0, ids[0], g) : pk.index_select(0, slots)).narrow(3, 0, longest);
+  const torch::Tensor values =
+      (consecutive ? pv.narrow(0, ids[0], g) : pv.index_select(0, slots)).narrow(2, 0, longest);
+  const auto by_group = [&](const torch::Tensor& x) {  // (n, H_kv, G, X) -> (g, H_kv, m_max G, X)
+    const torch::Tensor padded = torch::cat({x, torch::zeros({1, kv_heads, group, x.size(3)}, x.options())});
+    return padded.index_select(0, gather_t)
+        .view({g, m_max, kv_heads, group, x.size(3)})
+        .permute({0, 2, 1, 3, 4})
+        .reshape({g, kv_heads, m_max * group, x.size(3)});
+  };
+  const auto by_seq = [&](const torch::Tensor& x, double fill) {  // (g, H_kv, m_max G, X) -> (n, H_kv, G, X)
+    const torch::Tensor rows = x.view({g, kv_heads, m_max, group, x.size(3)})
+                                   .permute({0, 2, 1, 3, 4})
+                                   .reshape({g * m_max, kv_heads, group, x.size(3)});
+    const torch::Tensor none = torch::full({1, kv_heads, group, x.size(3)}, fill, x.options());
+    return torch::cat({rows, none}).index_select(0, place_t);
+  };
+  const torch::Tensor qg = q.view({n, kv_heads, group, dim}).mul(scale);  // (n, H_kv, G, D), scaled once
+  // Two softmax parts merged by their maxima and sums (the big score tensors never move):
+  // the own rows per sequence, and the prefix rows per group, one (m_max G x D) x (D x P)
+  // product per group and kv head (keys stored transposed, so it is a plain GEMM).
+  const torch::Tensor own = torch::matmul(qg, k.transpose(2, 3))  // (n, H_kv, G, S)
+                                .to(ct)
+                                .masked_fill(key_valid.logical_not().view({n, 1, 1, span}), -kInf);
+  const torch::Tensor beyond =  // (g, P): keys past a group's own prefix
+      torch::arange(longest, idx).unsqueeze(0) >= torch::tensor(lengths, torch::kInt64).to(q.device()).unsqueeze(1);
+  const torch::Tensor pre = torch::matmul(by_group(qg), keys_t)
+                                .to(ct)
+                                .masked_fill(  // (g, H_kv, m_max G, P)
+                                    beyond.view({g, 1, 1, longest}), -kInf);
+  const torch::Tensor top =  // (n, H_kv, G, 1): the larger of the two parts' maxima
+      torch::maximum(std::get<0>(own.max(-1, true)), by_seq(std::get<0>(pre.max(-1, true)), -kInf));
+  const torch::Tensor own_e = (own - top).exp_();                                    // (n, H_kv, G, S)
+  const torch::Tensor pre_e = (pre - by_group(top)).exp_();                          // (g, H_kv, m_max G, P)
+  const torch::Tensor total = own_e.sum(-1, true) + by_seq(pre_e.sum(-1, true), 0);  // (n, H_kv, G, 1)
+  const torch::Tensor out = torch::matmul(own_e.to(q.scalar_type()), v).to(ct) +     // (n, H_kv, G, D)
+                            by_seq(torch::matmul(pre_e.to(q.scalar_type()), values).to(ct), 0);
+  return out.div_(total).to(q.scalar_type()).view({n, heads, dim});
 }
 
 }  // namespace tandem::models

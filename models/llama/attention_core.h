@@ -13,15 +13,23 @@ namespace tandem::models {
 
 // Query rows [q_begin, q_begin + length) sit at positions q_offset.. of one sequence whose K/V
 // rows start at k_begin; they attend causally to K/V rows [k_begin, k_begin + q_offset + length).
+// With k_own >= 0 the K/V rows of positions q_offset.. start there instead, and only the first
+// q_offset rows (the prefix) are at k_begin: a response packed after a prompt it shares with the
+// other responses of its group reads the prompt's rows once written, wherever they sit.
 struct AttentionSegment {
   int64_t q_begin = 0;
   int64_t length = 0;
   int64_t k_begin = 0;
   int64_t q_offset = 0;
+  int64_t k_own = -1;
 };
 
 // One segment per sequence of cu_seqlens ((B+1) offsets; empty sequences are skipped).
 std::vector<AttentionSegment> segments_from_cu_seqlens(const torch::Tensor& cu_seqlens);
+
+// The same with shared prefixes: prefix_of (B) int64, -1 or the sequence whose rows sequence b
+// continues (its positions start after them; that sequence has no prefix of its own).
+std::vector<AttentionSegment> segments_with_prefixes(const torch::Tensor& cu_seqlens, const torch::Tensor& prefix_of);
 
 // A bucket admits a segment while its key span is at least this fraction of the bucket's longest,
 // so padding costs at most 1 / ratio^2 of a bucket's attention work (and nothing elsewhere).
@@ -68,5 +76,22 @@ torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // sequence's cached positions. Returns (n, H, D).
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid);
+
+// The sequences of a decode step that read one shared prefix (a GRPO group's prompt).
+struct PrefixGroup {
+  int64_t prefix = 0;     // its slot in the prefix store
+  int64_t length = 0;     // its rows (the prompt's tokens)
+  torch::Tensor members;  // (m) int64: the sequences (rows of q) that read it
+};
+
+// Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk
+// (P_slots, H_kv, D, P_cap) (keys transposed) and pv (P_slots, H_kv, P_cap, D), then to its own
+// rows of k / v as in decode_attention; one softmax over both (two parts merged by their maxima
+// and sums). The prefix scores of a group's m sequences are one (m G x D) x (D x P) product per
+// kv head, so a prompt's keys are read once per step for the whole group, not once per sample.
+// Sequences in no group attend to their own rows only.
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
+                               const std::vector<PrefixGroup>& groups);
 
 }  // namespace tandem::models

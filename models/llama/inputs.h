@@ -16,6 +16,11 @@ struct PackedInput {
   torch::Tensor position_ids;  // (1, N) int64
   torch::Tensor cu_seqlens;    // (B+1) int32 (int64 accepted)
   int64_t max_seqlen = 0;
+  // Shared prompts (optional): (B) int64, -1 or the sequence whose rows sequence b continues: b
+  // attends to all of that sequence's rows, then causally to its own, and its position_ids go on
+  // after the prefix's. A group's prompt (but its last token) is one sequence; each response,
+  // led by the prompt's last token, continues it. Undefined: every sequence stands alone.
+  torch::Tensor prefix_of;
 };
 
 // B rows of up to T tokens, left-aligned; attention_mask marks the real tokens.

@@ -53,6 +53,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
       in.cu_seqlens[-1].item<int64_t>() != n)
     throw std::invalid_argument("llama: packed input with " + std::to_string(n) +
                                 " tokens does not match its position_ids / cu_seqlens");
+  if (in.prefix_of.defined() && ctx_.cp_enabled())
+    throw std::invalid_argument("llama: shared prompts (prefix_of) are not split across context-parallel ranks");
   if (ctx_.cp_enabled()) {
     *shard = parallel::make_cp_shard(in.cu_seqlens, ctx_.cp_rank, ctx_.cp_size);
     const torch::Tensor local = shard->rank_index[ctx_.cp_rank].to(w.device());  // (n_local)
@@ -63,7 +65,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
     layout->cp_shard = shard;
     layout->cp = ctx_.cp;
   } else {
-    layout->segments = segments_from_cu_seqlens(in.cu_seqlens);
+    layout->segments = in.prefix_of.defined() ? segments_with_prefixes(in.cu_seqlens, in.prefix_of)
+                                              : segments_from_cu_seqlens(in.cu_seqlens);
   }
   const int64_t local_heads = config_.num_heads / ctx_.tp_size;
   plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
@@ -140,13 +143,16 @@ torch::Tensor LlamaForCausalLMImpl::logits(const PackedInput& in) {
   return ctx_.cp_enabled() ? parallel::cp_gather_outputs(z, shard, ctx_.cp) : z;
 }
 
-KvCache LlamaForCausalLMImpl::make_kv_cache(int64_t slots, int64_t capacity) const {
+KvCache LlamaForCausalLMImpl::make_kv_cache(int64_t slots, int64_t capacity, int64_t prefix_slots,
+                                            int64_t prefix_capacity) const {
   const torch::Tensor& w = model->norm->weight;
   const int64_t kv_heads = config_.num_kv_heads / ctx_.tp_size;  // validate_tp: tp divides the kv heads
-  return KvCache(config_.num_layers, slots, capacity, kv_heads, config_.head_dim(), w.options());
+  return KvCache(config_.num_layers, slots, capacity, kv_heads, config_.head_dim(), w.options(), prefix_slots,
+                 prefix_capacity);
 }
 
-torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cache, const std::vector<int64_t>& slots) {
+torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cache, const std::vector<int64_t>& slots,
+                                            bool into_prefixes) {
   const torch::Tensor& w = model->norm->weight;
   const torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
@@ -157,9 +163,13 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
       in.cu_seqlens[-1].item<int64_t>() != ids.size(0))
     throw std::invalid_argument("llama prefill: every sequence must be non-empty and match position_ids");
   if (cache != nullptr) {
-    cache->check_prefill(layout.segments, slots);
+    if (into_prefixes)
+      cache->check_prefix_prefill(layout.segments, slots);
+    else
+      cache->check_prefill(layout.segments, slots);
     layout.cache = cache;
     layout.cache_slots = slots;
+    layout.cache_prefixes = into_prefixes;
   }
   plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
@@ -170,7 +180,11 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
   // Only the last rows go through the lm head: the other tokens' logits are never needed.
   const torch::Tensor z = head_logits(hidden.index_select(0, rows));  // (B, V)
   if (cache != nullptr)
-    for (size_t i = 0; i < slots.size(); ++i) cache->set_length(slots[i], layout.segments[i].length);
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (into_prefixes)
+        cache->set_prefix_length(slots[i], layout.segments[i].length);
+      else
+        cache->set_length(slots[i], layout.segments[i].length);
   return z;
 }
 
@@ -179,14 +193,17 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   const int64_t n = ids.numel();
   AttentionLayout layout;
   layout.cache = &cache;
-  layout.cache_positions = cache.decode_positions(n, w.device());  // (n), validated
-  int64_t span = 0;  // keys after this step's store: the longest slot + 1, from the host lengths
-  for (int64_t i = 0; i < n; ++i) span = std::max(span, cache.length(i) + 1);
+  const torch::Tensor positions = cache.decode_positions(n, w.device());  // (n), validated
+  std::vector<int64_t> rows;  // each slot's own rows so far: where its new row goes
+  int64_t span = 0;           // own keys after this step's store: the longest slot + 1
+  for (int64_t i = 0; i < n; ++i) rows.push_back(cache.length(i)), span = std::max(span, cache.length(i) + 1);
   const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(w.device());
-  layout.cache_key_valid =  // (n, S): row i sees keys j <= positions[i], its own new key included
-      torch::arange(span, idx).unsqueeze(0) <= layout.cache_positions.unsqueeze(1);
-  layout.rotary = rotary_tables(layout.cache_positions, config_.head_dim(), config_.rope_theta, w.scalar_type(),
-                                config_.rope_scaling);
+  layout.cache_rows = torch::tensor(rows, torch::kInt64).to(w.device());  // (n)
+  layout.cache_key_valid =  // (n, S): row i sees its own rows j <= rows[i], the new one included
+      torch::arange(span, idx).unsqueeze(0) <= layout.cache_rows.unsqueeze(1);
+  layout.prefix_groups = cache.prefix_groups(n, w.device());
+  layout.rotary =
+      rotary_tables(positions, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)
   for (int64_t i = 0; i < n; ++i) cache.set_length(i, cache.length(i) + 1);
   return z;

@@ -61,14 +61,17 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // heads; logits are gathered over tp); cp is not used: every cp rank runs it whole, the same
   // way. Logits are full-vocabulary in float32 (float64 for float64 models), as logits().
   //
-  // An empty cache of `slots` sequences of up to `capacity` tokens, in the model's dtype / device.
-  KvCache make_kv_cache(int64_t slots, int64_t capacity) const;
+  // An empty cache of `slots` sequences of up to `capacity` tokens, in the model's dtype / device,
+  // with a store of `prefix_slots` shared prompts of up to `prefix_capacity` tokens.
+  KvCache make_kv_cache(int64_t slots, int64_t capacity, int64_t prefix_slots = 0, int64_t prefix_capacity = 0) const;
   // The next-token logits of each sequence of a packed input (positions from 0), (B, V): the
   // logits at its last token. With `cache`, sequence i's K/V are stored in the empty slot
-  // slots[i] (prefill). Sequences must be non-empty.
-  torch::Tensor prefill(const PackedInput& input, KvCache* cache = nullptr, const std::vector<int64_t>& slots = {});
-  // Appends token ids[i] (n) to slot i for i < n, at position = the slot's cached length, and
-  // returns the next-token logits (n, V).
+  // slots[i] (prefill), or in the free prefix slot slots[i] with into_prefixes (then attach
+  // sequence slots to it). Sequences must be non-empty.
+  torch::Tensor prefill(const PackedInput& input, KvCache* cache = nullptr, const std::vector<int64_t>& slots = {},
+                        bool into_prefixes = false);
+  // Appends token ids[i] (n) to slot i for i < n, at position = the slot's prefix and cached
+  // length, and returns the next-token logits (n, V).
   torch::Tensor decode_step(const torch::Tensor& ids, KvCache& cache);
 
   // (V_local, hidden): the lm head's rows of this tp rank (the embedding's when tied).

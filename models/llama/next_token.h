@@ -9,6 +9,10 @@
 
 #include "models/llama/sampler.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace tandem::models {
 
 // SplitMix64's output function: a bijective 64-bit mix (the chain behind sample_seed).
@@ -37,6 +41,10 @@ bool is_greedy(const SamplingParams& p);
 //   otherwise, whose cumulative w exceeds u * (sum of the candidates' w).
 // Throws std::runtime_error for a row holding NaN or +inf, or all -inf.
 int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u);
+
+// pick_token for every row of z (m, n) (float64, contiguous, CPU), row i with uniform u[i]: the
+// same choice, with the weights of all rows computed in one vectorised pass.
+std::vector<int64_t> pick_tokens(const at::Tensor& z, const SamplingParams& p, const std::vector<double>& u);
 
 // What every sampler checks before generating: the params' ranges, non-empty prompts of ids in
 // [0, vocab_size), and prompt + max_new_tokens within max_len. Throws UserError "<who>: ...",

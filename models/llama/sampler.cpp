@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,7 @@ struct Live {
   SampleStream stream;
   int64_t max_new;
   Generation out;
+  torch::Tensor prompt_logits;  // (1, V) its first token's logits, for later readers of its prompt (share_prompts)
 };
 
 // Rows of `seqs` as one packed input with positions restarting at 0.
@@ -47,10 +49,18 @@ class Batcher {
  public:
   Batcher(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests, const SamplingParams& p)
       : model_(model), requests_(requests), p_(p), results_(requests.size()) {
-    int64_t capacity = 1;
-    for (const auto& r : requests) capacity = std::max<int64_t>(capacity, r.prompt.size() + max_new_of(r, p));
+    int64_t capacity = 1, longest_prompt = 1, longest_response = 1;
+    for (const auto& r : requests) {
+      capacity = std::max<int64_t>(capacity, r.prompt.size() + max_new_of(r, p));
+      longest_prompt = std::max<int64_t>(longest_prompt, r.prompt.size());
+      longest_response = std::max<int64_t>(longest_response, max_new_of(r, p));
+    }
     const int64_t slots = std::min<int64_t>(p.max_batch, static_cast<int64_t>(requests.size()));
-    if (p.use_kv_cache && slots > 0) cache_.emplace(model.make_kv_cache(slots, capacity));
+    // Shared prompts live in the prefix store (at most one per live sequence); a slot then holds
+    // only its response.
+    if (p.use_kv_cache && slots > 0)
+      cache_.emplace(p.share_prompts ? model.make_kv_cache(slots, longest_response, slots, longest_prompt)
+                                     : model.make_kv_cache(slots, capacity));
   }
 
   std::vector<Generation> run(GenerationStats& stats) {
@@ -68,23 +78,73 @@ class Batcher {
 
  private:
   // Prefills waiting requests into the free slots and samples their first tokens.
+  // With share_prompts every prompt goes to the cache's prefix store, once while any sequence
+  // holding it is live: a request whose prompt is prefilled in this admission, or held by a live
+  // sequence admitted earlier (continuous batching admits a group's samples as slots free up),
+  // reads that prefix and takes the logits row its first token came from.
   void admit(GenerationStats& stats) {
-    std::vector<std::vector<int64_t>> prompts;
-    std::vector<int64_t> slots;
+    std::vector<std::vector<int64_t>> prompts;     // the distinct prompts to prefill
+    std::vector<int64_t> slots;                    // unshared: the slot each of them is prefilled into
+    std::vector<int64_t> rows;                     // per admitted sequence: its prefill row, or -1
+    std::vector<torch::Tensor> kept;               // per admitted sequence: its stored row, or undefined
+    std::map<std::vector<int64_t>, int64_t> seen;  // prompt -> its index in `prompts`
+    const bool share = p_.share_prompts && cache_.has_value();
     const size_t first = live_.size();
     while (live_.size() < static_cast<size_t>(p_.max_batch) && next_ < requests_.size()) {
       const size_t r = next_++;
       const int64_t max_new = max_new_of(requests_[r], p_);
       if (max_new == 0) continue;  // an empty response; results_[r] stays empty
-      slots.push_back(static_cast<int64_t>(live_.size()));
-      prompts.push_back(requests_[r].prompt);
-      live_.push_back({r, SampleStream(requests_[r].seed), max_new, {}});
+      const std::vector<int64_t>& prompt = requests_[r].prompt;
+      const auto slot = static_cast<int64_t>(live_.size());
+      const auto now = share ? seen.find(prompt) : seen.end();
+      const int64_t before = share && now == seen.end() ? live_holding(prompt, first) : -1;
+      if (now != seen.end()) {  // prefilled in this admission
+        rows.push_back(now->second), kept.emplace_back();
+      } else if (before >= 0) {  // held by a live sequence: read its prefix
+        cache_->attach(slot, cache_->prefix_of(before));
+        rows.push_back(-1), kept.push_back(live_[static_cast<size_t>(before)].prompt_logits);
+      } else {
+        const auto index = static_cast<int64_t>(prompts.size());
+        if (share) seen.emplace(prompt, index);
+        rows.push_back(index), kept.emplace_back();
+        slots.push_back(slot);
+        prompts.push_back(prompt);
+        stats.prefill_tokens += static_cast<int64_t>(prompt.size());
+      }
+      live_.push_back({r, SampleStream(requests_[r].seed), max_new, {}, {}});
     }
-    if (prompts.empty()) return;
-    ++stats.prefills;
+    if (live_.size() == first) return;
     stats.max_live = std::max<int64_t>(stats.max_live, static_cast<int64_t>(live_.size()));
-    KvCache* cache = cache_ ? &*cache_ : nullptr;
-    take(model_.prefill(pack(prompts), cache, cache ? slots : std::vector<int64_t>{}), first);
+    torch::Tensor prefilled;  // (U, V)
+    if (!prompts.empty()) {
+      ++stats.prefills;
+      KvCache* cache = cache_ ? &*cache_ : nullptr;
+      if (share) {
+        const std::vector<int64_t> prefixes = cache_->free_prefixes(static_cast<int64_t>(prompts.size()));
+        prefilled = model_.prefill(pack(prompts), cache, prefixes, true);
+        for (size_t i = 0; i < rows.size(); ++i)
+          if (rows[i] >= 0) cache_->attach(static_cast<int64_t>(first + i), prefixes[static_cast<size_t>(rows[i])]);
+      } else {
+        prefilled = model_.prefill(pack(prompts), cache, cache ? slots : std::vector<int64_t>{});
+      }
+    }
+    if (!share) {
+      take(prefilled, first);
+      return;
+    }
+    std::vector<torch::Tensor> logits;  // per admitted sequence: (1, V)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      logits.push_back(rows[i] >= 0 ? prefilled.narrow(0, rows[i], 1) : kept[i]);
+      live_[first + i].prompt_logits = logits.back();
+    }
+    take(torch::cat(logits), first);  // (admitted, V)
+  }
+
+  // The slot of a live sequence in [0, end) whose prompt is `prompt`, or -1.
+  int64_t live_holding(const std::vector<int64_t>& prompt, size_t end) const {
+    for (size_t j = 0; j < end; ++j)
+      if (requests_[live_[j].request].prompt == prompt) return static_cast<int64_t>(j);
+    return -1;
   }
 
   // Extends every live sequence by one token.
@@ -109,14 +169,12 @@ class Batcher {
   void take(const torch::Tensor& logits, size_t first) {
     const int64_t m = logits.size(0), vocab = logits.size(1);
     const int64_t limit = p_.vocab_limit > 0 ? std::min(p_.vocab_limit, vocab) : vocab;
-    const torch::Tensor z = logits.to(torch::kCPU);                // (m, V) in the log-prob dtype
-    const torch::Tensor z64 = z.to(torch::kFloat64).contiguous();  // (m, V) for the choice
-    std::vector<int64_t> chosen(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      Live& s = live_[first + i];
-      const double u = is_greedy(p_) ? 0.0 : s.stream.next_uniform();
-      chosen[i] = pick_token(z64.data_ptr<double>() + i * vocab, limit, p_, u);
-    }
+    const torch::Tensor z = logits.to(torch::kCPU);                                    // (m, V) in the log-prob dtype
+    const torch::Tensor z64 = z.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (m, limit) for the choice
+    std::vector<double> u(static_cast<size_t>(m), 0.0);
+    if (!is_greedy(p_))
+      for (int64_t i = 0; i < m; ++i) u[i] = live_[first + i].stream.next_uniform();
+    const std::vector<int64_t> chosen = pick_tokens(z64, p_, u);
     const torch::Tensor tokens = torch::tensor(chosen, torch::kInt64);  // (m)
     // The untempered, untruncated log-prob in the model's log-prob dtype, as the training forward.
     const torch::Tensor logp =  // (m)

@@ -24,6 +24,11 @@ struct SamplingParams {
   int64_t max_batch = 64;                            // sequences decoded together (continuous batching)
   int64_t vocab_limit = 0;                           // > 0: ids >= vocab_limit are never sampled (padded embeddings)
   bool use_kv_cache = true;  // false: recompute the whole prefix each token (benchmark baseline)
+  // Requests with the same prompt (a GRPO group) share it while any of them is live: it is
+  // prefilled once into the KV cache's prefix store, and every decode step reads its K/V once
+  // for the whole group (decode_attention with PrefixGroups). Each request keeps its own
+  // sampling stream, so the samples are those of separate prefills (with the KV cache only).
+  bool share_prompts = false;
 };
 
 struct GenerationRequest {
@@ -50,6 +55,7 @@ struct GenerationStats {
   int64_t decode_steps = 0;      // decode forwards (one token for every live sequence)
   int64_t max_live = 0;          // most sequences decoding together
   int64_t generated_tokens = 0;  // response tokens over all requests
+  int64_t prefill_tokens = 0;    // prompt tokens the prefills computed (shared prompts once)
 };
 
 // The stream of one sample, from (run seed, step, prompt id, sample index) by a fixed mix: the

@@ -60,7 +60,10 @@ launcher=$!
 wait_training "$out/twice.log"
 sleep 0.5
 pids=$(procs_of twice tandem)
-kill -TERM $pids 2>/dev/null; kill -TERM $pids 2>/dev/null
+# The second signal goes once the first was handled: two SIGTERMs pending at once merge into one.
+kill -TERM $pids 2>/dev/null
+for _ in $(seq 200); do [ "$(grep -c "SIGTERM received" "$out/twice.log")" -ge "$(echo $pids | wc -w)" ] && break; sleep 0.05; done
+kill -TERM $pids 2>/dev/null
 wait $launcher; rc=$?
 { [ $rc -ne 0 ] && [ $rc -ne 3 ]; } || { echo "FAIL second signal: exit $rc, want an immediate exit (not 0 or 3)"; fail=1; }
 run "${long[@]}" --set run.save_every=20 --set run.name=twice --resume auto >>"$out/twice.log" 2>&1 \

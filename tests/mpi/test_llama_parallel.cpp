@@ -167,3 +167,40 @@ TEST_CASE("saving a tp-sharded model gathers the shards into the HF layout", "[m
   MPI_Barrier(MPI_COMM_WORLD);
   if (test::world_rank() == 0) std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("shared prompts under tp: log-probs, logits and gradients equal one rank (float64 1e-10)",
+          "[mpi][llama][share]") {
+  // [prompt' 5] [response 4] [response 6] (both continue the prompt) [lone 7]
+  const std::vector<int64_t> lengths{5, 4, 6, 7};
+  const auto seqs = test::random_sequences(lengths, 97, 33);
+  test::RaggedBatch b;
+  std::vector<int64_t> ids, pos, cu{0};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t start = (i == 1 || i == 2) ? 5 : 0;  // responses go on after the prompt's positions
+    for (size_t j = 0; j < seqs[i].size(); ++j)
+      ids.push_back(seqs[i][j]), pos.push_back(start + static_cast<int64_t>(j));
+    cu.push_back(cu.back() + static_cast<int64_t>(seqs[i].size()));
+  }
+  b.packed = {torch::tensor(ids).view({1, -1}), torch::tensor(pos).view({1, -1}), torch::tensor(cu).to(torch::kInt32),
+              11, torch::tensor({-1, 0, 0, -1}, torch::kInt64)};
+  b.packed_targets = torch::tensor(ids).roll(-1);
+  for (const Layout l : std::vector<Layout>{{2, 1}, {4, 1}}) {
+    if (!fits(l)) continue;
+    INFO("tp=" << l.tp << " world=" << test::world_size());
+    models::LlamaForCausalLM single(wide_config(), parallel::ParallelContext{}, 3);
+    single->to(torch::kFloat64);
+    const Outcome ref = run(single, b, true), ref_fused = run(single, b, true, true);
+    Groups g(l);
+    models::LlamaForCausalLM model(wide_config(), g.ctx, 3);
+    model->to(torch::kFloat64);
+    check_equal(run(model, b, true), ref, single->config(), g);
+    check_equal(run(model, b, true, true), ref_fused, single->config(), g, true);
+  }
+  // cp does not split shared prompts: refused, not silently wrong.
+  if (fits({1, 2})) {
+    Groups g({1, 2});
+    models::LlamaForCausalLM model(wide_config(), g.ctx, 3);
+    model->to(torch::kFloat64);
+    CHECK_THROWS_AS(model->log_probs(b.packed, b.packed_targets, {}), std::invalid_argument);
+  }
+}

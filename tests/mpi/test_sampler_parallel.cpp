@@ -1,6 +1,6 @@
 // The sampler on real tp / cp ranks: tokens equal the one-rank model's and log-probs agree to
-// 1e-10 (float64), with and without the KV cache; cp ranks are ignored by generation, so each
-// runs it whole and gets the same result. Layouts that do not divide the world are skipped.
+// 1e-10 (float64), with and without the KV cache and with shared prompts; cp ranks are ignored by
+// generation, so each runs it whole and gets the same result. Layouts that do not divide the world are skipped.
 #include <catch2/catch.hpp>
 
 #include "llama_test_util.h"
@@ -68,6 +68,40 @@ TEST_CASE("tp and cp generation gives the one-rank tokens and log-probs (float64
                                  torch::tensor(ref[i].logp, torch::kFloat64)) < 1e-10);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("shared prompts under tp and cp give the unshared one-rank samples (float64)", "[mpi][sampler][share]") {
+  // Groups of 3 samples of each prompt (their own streams); max_batch 4 splits groups across
+  // admissions, so a group is prefilled once per admission it spans.
+  std::vector<models::GenerationRequest> reqs;
+  const auto prompts = requests();
+  for (size_t g = 0; g < 4; ++g)
+    for (int64_t k = 0; k < 3; ++k)
+      reqs.push_back({prompts[g].prompt, models::sample_seed(5, 1, static_cast<int64_t>(g), k)});
+  models::LlamaForCausalLM single = make({});
+  models::SamplingParams p;
+  p.temperature = 1.0, p.max_new_tokens = 12, p.max_batch = 4;
+  const auto ref = models::generate(*single, reqs, p);  // unshared, one rank
+  p.share_prompts = true;
+  for (const Layout l : {Layout{2, 1}, Layout{4, 1}, Layout{2, 2}}) {
+    if (test::world_size() % (l.tp * l.cp) != 0) continue;
+    INFO("tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
+    Groups g(l);
+    models::LlamaForCausalLM model = make(g.ctx);
+    models::GenerationStats stats;
+    const auto got = models::generate(*model, reqs, p, &stats);
+    REQUIRE(got.size() == ref.size());
+    int64_t prompt_tokens = 0;
+    for (const auto& r : reqs) prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    CHECK(stats.prefill_tokens < prompt_tokens);  // sharing happened
+    for (size_t i = 0; i < ref.size(); ++i) {
+      INFO("request " << i);
+      CHECK(got[i].tokens == ref[i].tokens);
+      REQUIRE(got[i].logp.size() == ref[i].logp.size());
+      CHECK(test::rel_floor1(torch::tensor(got[i].logp, torch::kFloat64), torch::tensor(ref[i].logp, torch::kFloat64)) <
+            1e-10);
     }
   }
 }
