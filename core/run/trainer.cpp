@@ -139,11 +139,10 @@ struct Trainer::Impl {
     if (config.train.overlap) {
       const int n = torch::get_num_threads();
       spdlog::info(
-          "train.overlap: while sampling, the sampler runs on {} intra-op thread{} and the old/ref log-prob "
-          "forward on {} (training's count, so its log-probs are training's to the bit); {} threads on this "
-          "rank's {} core{}",
-          std::max(1, n - n / 2), std::max(1, n - n / 2) == 1 ? "" : "s", n, std::max(1, n - n / 2) + n, n,
-          n == 1 ? "" : "s");
+          "train.overlap: while sampling, the sampler and the old/ref log-prob forward each run on {} "
+          "intra-op thread{} (training's count, so the log-probs are training's to the bit); {} threads on "
+          "this rank's {} core{}",
+          n, n == 1 ? "" : "s", 2 * n, n, n == 1 ? "" : "s");
     }
   }
 

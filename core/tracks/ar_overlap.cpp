@@ -43,10 +43,12 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
 
   // The forward thread runs on as many threads as training does, not on a share of them: BLAS and
   // LibTorch's reductions partition their sums by thread count, and the old log-probs must be the
-  // training forward's to the bit (first ratio exactly 1). The sampler takes the larger half of
-  // the rank's threads beside it, so the rank oversubscribes its cores while both run.
+  // training forward's to the bit (first ratio exactly 1). The sampler runs on the same count:
+  // OpenBLAS (OpenMP build) keeps one process-wide thread count that each call resets to its
+  // caller's, so a sampler on fewer threads could make a concurrent forward GEMM run on its count
+  // (seen once in ~10 runs at 3 threads, float64). The rank oversubscribes its cores while both run.
   const int threads = torch::get_num_threads();
-  const int forward_threads = threads, sample_threads = std::max(1, threads - threads / 2);
+  const int forward_threads = threads, sample_threads = threads;
   torch::set_num_threads(sample_threads);
   metrics["overlap/sample_threads"] = sample_threads;
   metrics["overlap/forward_threads"] = forward_threads;
