@@ -84,6 +84,7 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
   p.temperature = 1.0;
   p.max_new_tokens = longest;
   p.max_batch = a.batch;
+  p.max_live = a.max_live;
   models::generate(model, {reqs.front()}, p);  // warm-up: allocator, BLAS threads
 
   struct Variant {
@@ -103,7 +104,8 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
   }
   nlohmann::json out;
   out["workload"] = {{"sequences", specs.size()},     {"groups", prompts.size()}, {"tokens", tokens},
-                     {"generated_tokens", generated}, {"batch", a.batch},         {"repeats", a.repeats}};
+                     {"generated_tokens", generated}, {"batch", a.batch},         {"max_live", a.max_live},
+                     {"repeats", a.repeats}};
   for (const Variant& v : variants) {
     const double t = median(v.seconds);
     out[v.share ? "shared" : "unshared"] = {{"seconds", t},
@@ -112,7 +114,10 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
                                             {"generated_tokens_per_s", generated / t},
                                             {"prefill_tokens", v.last.stats.prefill_tokens},
                                             {"prefills", v.last.stats.prefills},
-                                            {"decode_steps", v.last.stats.decode_steps}};
+                                            {"decode_steps", v.last.stats.decode_steps},
+                                            {"kv_slots", v.last.stats.kv_slots},
+                                            {"kv_rows_per_layer", v.last.stats.kv_rows},
+                                            {"most_live", v.last.stats.max_live}};
   }
   if (!a.profile_path.empty()) {  // one more run of the last variant, profiled and not timed
     p.share_prompts = variants.back().share;
@@ -138,6 +143,7 @@ void check_args(const BenchRolloutArgs& a) {
   positive("--hidden-size", a.hidden_size), positive("--layers", a.layers), positive("--heads", a.heads);
   positive("--kv-heads", a.kv_heads), positive("--vocab", a.vocab), positive("--prompt-len", a.prompt_len);
   positive("--max-new-tokens", a.max_new_tokens), positive("--batch", a.batch), positive("--requests", a.requests);
+  positive("--max-live", a.max_live);
   positive("--repeats", a.repeats);
   if (!(a.tail_sigma >= 0)) throw UserError("--tail-sigma must be >= 0");
   if (a.dtype != "float32" && a.dtype != "float64" && a.dtype != "bfloat16")

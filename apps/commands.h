@@ -31,7 +31,8 @@ struct BenchRolloutArgs {
   int64_t intermediate_size = 0;  // 0: ~8/3 hidden_size, rounded up to 64
   int64_t prompt_len = 32;
   int64_t max_new_tokens = 64;
-  int64_t batch = 8;  // max_batch of the sampler
+  int64_t batch = 8;       // max_batch of the sampler
+  int64_t max_live = 256;  // max_live of the sampler (shared prompts)
   int64_t requests = 32;
   double tail_sigma = 1.0;  // lognormal sigma of the long-tail response lengths
   int64_t threads = 0;      // 0: LibTorch's default

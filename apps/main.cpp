@@ -154,7 +154,12 @@ int main(int argc, char** argv) {
   bench_rollout->add_option("--intermediate-size", roll.intermediate_size, "MLP size (0: ~8/3 hidden)");
   bench_rollout->add_option("--prompt-len", roll.prompt_len, "prompt tokens per request");
   bench_rollout->add_option("--max-new-tokens", roll.max_new_tokens, "response tokens (the long tail's cap)");
-  bench_rollout->add_option("--batch", roll.batch, "sequences decoded together");
+  bench_rollout->add_option("--batch", roll.batch,
+                            "the sampler's max_batch: KV memory for this many unshared sequences, and the most "
+                            "decoded together without sharing");
+  bench_rollout->add_option("--max-live", roll.max_live,
+                            "the sampler's max_live: with shared prompts, the most sequences decoded together in "
+                            "that memory");
   bench_rollout->add_option("--requests", roll.requests, "requests per run");
   bench_rollout->add_option("--tail-sigma", roll.tail_sigma, "lognormal sigma of the long-tail lengths")
       ->check(kFinite & CLI::NonNegativeNumber);

@@ -303,3 +303,14 @@ TEST_CASE("the recipe accepts exactly the names the task and reward tables regis
     CHECK_NOTHROW(load_config_from_string(
         "tracks: {ar: {enabled: false}, image: {enabled: true, data: {task: " + task + "}}}", "r", {}));
 }
+
+TEST_CASE("rollout KV sizing keys: defaults 64 / 256; below 1 is refused by name", "[config]") {
+  const Config d = load("");
+  CHECK(d.tracks.ar.rollout.max_batch == 64);
+  CHECK(d.tracks.ar.rollout.max_live == 256);
+  const Config set = load("tracks: {ar: {rollout: {max_batch: 8, max_live: 32}}}");
+  CHECK(set.tracks.ar.rollout.max_batch == 8);
+  CHECK(set.tracks.ar.rollout.max_live == 32);
+  CHECK_THAT(error_of("tracks: {ar: {rollout: {max_batch: 0}}}"), Catch::Contains("tracks.ar.rollout.max_batch"));
+  CHECK_THAT(error_of("tracks: {ar: {rollout: {max_live: -1}}}"), Catch::Contains("tracks.ar.rollout.max_live"));
+}

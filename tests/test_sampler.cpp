@@ -471,7 +471,7 @@ TEST_CASE("invalid sampling params and prompts are UserErrors", "[sampler]") {
 TEST_CASE("a group's prompt prefilled once gives the samples of separate prefills (float64)", "[sampler][share]") {
   models::LlamaForCausalLM model = make_model();
   // Groups of 4 samples (their own streams) of 3 prompts, groups interleaved with a lone prompt,
-  // and max_batch 6, so one group is split across admissions.
+  // and max_batch = max_live = 6, so one group is split across admissions.
   const auto prompts = make_requests(4, 17);
   std::vector<GenerationRequest> reqs;
   for (int64_t g = 0; g < 3; ++g)
@@ -480,7 +480,7 @@ TEST_CASE("a group's prompt prefilled once gives the samples of separate prefill
   for (const double temperature : {1.0, 0.0}) {
     INFO("temperature " << temperature);
     SamplingParams p = sampling(temperature, 10);
-    p.max_batch = 6;
+    p.max_batch = 6, p.max_live = 6;
     models::GenerationStats alone_stats, shared_stats;
     const auto alone = models::generate(*model, reqs, p, &alone_stats);
     p.share_prompts = true;
@@ -499,7 +499,7 @@ TEST_CASE("a group's prompt prefilled once gives the samples of separate prefill
 TEST_CASE("under continuous batching a group's later samples fork a live sample's prompt (float64)",
           "[sampler][share]") {
   models::LlamaForCausalLM model = make_model();
-  // Two slots and 4 samples per prompt of shrinking lengths: each sample is admitted when one
+  // Two slots (max_live 2) and 4 samples per prompt of shrinking lengths: each sample is admitted when one
   // before it retires, while another of its group is still decoding.
   const auto prompts = make_requests(3, 29);
   std::vector<GenerationRequest> reqs;
@@ -514,12 +514,69 @@ TEST_CASE("under continuous batching a group's later samples fork a live sample'
   for (const double temperature : {1.0, 0.0}) {
     INFO("temperature " << temperature);
     SamplingParams p = sampling(temperature, 10);
-    p.max_batch = 2;
+    p.max_batch = 2, p.max_live = 2;
     const auto alone = models::generate(*model, reqs, p);
     p.share_prompts = true;
     models::GenerationStats stats;
     const auto shared = models::generate(*model, reqs, p, &stats);
     check_same(shared, alone, 1e-12);
     CHECK(stats.prefill_tokens == distinct);  // each prompt prefilled exactly once
+  }
+}
+
+TEST_CASE("shared prompts decode more sequences in the unshared KV memory, with the same samples (float64)",
+          "[sampler][share]") {
+  models::LlamaForCausalLM model = make_model();
+  // 3 groups of 8 samples of 20-token prompts, 6 new tokens each, max_batch 4. Unshared: 4 slots
+  // of 26 rows = 104 rows per layer. Shared: S slots of 6 rows plus min(S, 3) prompts of 20 rows:
+  // S = 7 takes 102 rows, S = 8 would take 108.
+  const auto prompts = test::random_sequences({20, 20, 20}, 61, 41);
+  std::vector<GenerationRequest> reqs;
+  for (int64_t g = 0; g < 3; ++g)
+    for (int64_t k = 0; k < 8; ++k) reqs.push_back({prompts[g], models::sample_seed(9, 0, g, k)});
+  SamplingParams p = sampling(1.0, 6);
+  p.max_batch = 4;
+  models::GenerationStats alone_stats, shared_stats;
+  const auto alone = models::generate(*model, reqs, p, &alone_stats);
+  CHECK(alone_stats.kv_slots == 4);
+  CHECK(alone_stats.kv_rows == 104);
+  CHECK(alone_stats.max_live == 4);
+  p.share_prompts = true;
+  const auto shared = models::generate(*model, reqs, p, &shared_stats);
+  check_same(shared, alone, 1e-12);
+  CHECK(shared_stats.kv_slots == 7);
+  CHECK(shared_stats.kv_rows == 7 * 6 + 3 * 20);
+  CHECK(shared_stats.max_live == 7);
+  CHECK(shared_stats.decode_steps < alone_stats.decode_steps);
+
+  SECTION("max_live caps the slots") {
+    p.max_live = 5;
+    const models::KvPlan plan = models::kv_plan(reqs, p);
+    CHECK(plan.slots == 5);
+    CHECK(plan.prefix_slots == 3);
+    check_same(models::generate(*model, reqs, p), alone, 1e-12);
+  }
+  SECTION("all prompts distinct: no more slots than unshared, never fewer") {
+    std::vector<GenerationRequest> distinct;
+    const auto lone = test::random_sequences(std::vector<int64_t>(12, 20), 61, 43);
+    for (int64_t i = 0; i < 12; ++i) distinct.push_back({lone[i], models::sample_seed(9, 1, i, 0)});
+    const models::KvPlan plan = models::kv_plan(distinct, p);
+    CHECK(plan.slots == 4);
+    CHECK(plan.prefix_slots == 4);
+    CHECK(plan.rows() == 104);
+    // A longest prompt and a longest response from different requests: the shared layout needs
+    // more rows per slot than the unshared capacity, and keeps the unshared slot count.
+    distinct[0].prompt.resize(30), distinct[1].max_new_tokens = 30;
+    const models::KvPlan odd = models::kv_plan(distinct, p);
+    CHECK(odd.slots == 4);
+    CHECK(odd.capacity == 30);
+    CHECK(odd.prefix_capacity == 30);
+  }
+  SECTION("control: the plan without sharing is the unshared one") {
+    p.share_prompts = false;
+    const models::KvPlan plan = models::kv_plan(reqs, p);
+    CHECK(plan.slots == 4);
+    CHECK(plan.prefix_slots == 0);
+    CHECK(plan.rows() == 104);
   }
 }

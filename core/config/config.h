@@ -130,6 +130,11 @@ struct ArRolloutConfig {
   double top_p = 1.0;
   int64_t top_k = 0;  // 0: off
   std::vector<std::string> stop;
+  // The sampler's KV cache holds max_batch unshared sequences (the longest prompt + max_new_tokens
+  // each); with share_prompt on, that memory decodes up to max_live sequences together
+  // (models::kv_plan). Speed and memory only: a sample does not depend on its batch.
+  int64_t max_batch = 64;
+  int64_t max_live = 256;
   bool dump = false;
   std::optional<std::string> replay_dir;
   // With parallel.rollout_ranks > 0: how many policy versions a sample may lag the weights it

@@ -140,6 +140,8 @@ void visit(V& v, ArRolloutConfig& c) {
   v.field("top_p", c.top_p, open_closed(0, 1));
   v.field("top_k", c.top_k, at_least(0, "0 disables top-k"));
   v.field("stop", c.stop);
+  v.field("max_batch", c.max_batch, at_least(1));
+  v.field("max_live", c.max_live, at_least(1));
   v.field("dump", c.dump);
   v.field("replay_dir", c.replay_dir);
   v.field("max_staleness", c.max_staleness, at_least(0, "0 waits for every update"));

@@ -27,6 +27,8 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   max_new_tokens_ = eval_.max_new_tokens.value_or(ar.rollout.max_new_tokens);
   top_p_ = ar.rollout.top_p;
   top_k_ = ar.rollout.top_k;
+  max_batch_ = ar.rollout.max_batch;
+  max_live_ = ar.rollout.max_live;
   share_prompts_ = ar.share_prompt == SharePrompt::kAuto;
   ArTrackConfig held_out = ar;
   held_out.data = eval_.data;
@@ -50,6 +52,8 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   sp.top_p = top_p_;
   sp.top_k = top_k_;
   sp.max_new_tokens = max_new_tokens_;
+  sp.max_batch = max_batch_;
+  sp.max_live = max_live_;
   sp.vocab_limit = tokenizer_.vocab_size();
   sp.stop_ids = format_->stop_ids();
   sp.share_prompts = share_prompts_;  // a prompt's k samples prefill it once

@@ -37,6 +37,7 @@ class ArEvaluator {
   int64_t max_new_tokens_ = 0;
   double top_p_ = 1.0;
   int64_t top_k_ = 0;
+  int64_t max_batch_ = 64, max_live_ = 256;  // tracks.ar.rollout's
   bool share_prompts_ = false;
   const models::Tokenizer& tokenizer_;
   std::unique_ptr<PromptFormat> format_;

@@ -6,13 +6,10 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "common/error.h"
-#include "common/regular_file.h"
 #include "core/batch/group_filter.h"
 #include "core/batch/rollout_bridge.h"
 #include "core/batch/step_plan.h"
@@ -39,14 +36,6 @@ namespace {
 std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
   if (t.kind == TokenizerKind::kChar) return models::make_char_tokenizer(t.alphabet);
   return models::load_hf_tokenizer(*t.path);
-}
-
-// Named by the step the rollout trains, counted as checkpoints count (step index 0 -> step_000001).
-std::string dump_path(const std::string& dir, int64_t step, int64_t dp_rank) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "/step_%06lld.dp%lld.bin", static_cast<long long>(step + 1),
-                static_cast<long long>(dp_rank));
-  return dir + buf;
 }
 
 }  // namespace
@@ -142,6 +131,8 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   sp.top_p = ar.rollout.top_p;
   sp.top_k = ar.rollout.top_k;
   sp.max_new_tokens = ar.rollout.max_new_tokens;
+  sp.max_batch = ar.rollout.max_batch;
+  sp.max_live = ar.rollout.max_live;
   sp.vocab_limit = tokenizer_->vocab_size();
   sp.stop_ids = format_->stop_ids();
   sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
@@ -191,52 +182,6 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   return samples;
 }
 
-std::vector<ArSample> ArTrack::replay(int64_t step) {
-  // Every rank reads the whole step and keeps its groups, so a dump replays at any dp.
-  const std::string dir = *config_.tracks.ar.rollout.replay_dir;
-  char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "step_%06lld.", static_cast<long long>(step + 1));  // as dump_path
-  std::vector<ArSample> out;
-  bool found = false;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
-    found = true;
-    const std::string file = e.path().string();
-    require_regular_file(file, "the rollout dump ");
-    std::ifstream in(e.path(), std::ios::binary);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<ArSample> samples;
-    try {
-      samples = deserialize_samples(bytes.data(), bytes.size());
-    } catch (const std::exception& err) {
-      throw UserError(file + ": damaged rollout dump (" + err.what() + "); dump the step again");
-    }
-    // Every value a dump holds is checked against this run before it reaches the model.
-    const int64_t vocab = policy_vocab_size();
-    for (auto& s : samples) {
-      const std::string where = file + ": sample " + std::to_string(s.index) + ": ";
-      for (const int64_t t : s.tokens)
-        if (t < 0 || t >= vocab)
-          throw UserError(where + "token id " + std::to_string(t) + " is outside the model's vocabulary of " +
-                          std::to_string(vocab) + " (a dump of another model, or damaged)");
-      if (s.length() > policy_->max_seq_len())
-        throw UserError(where + std::to_string(s.length()) + " tokens exceed tracks.ar.model.max_seq_len " +
-                        std::to_string(policy_->max_seq_len()));
-      if (s.group_id < 0 || s.group_id >= ar_prompts_per_step() || s.index < 0)
-        throw UserError(where + "group " + std::to_string(s.group_id) + " is outside this step's " +
-                        std::to_string(ar_prompts_per_step()) + " prompts (a dump of another recipe, or damaged)");
-      bool finite = std::isfinite(s.reward) && std::isfinite(s.advantage);
-      for (const double x : s.rollout_logp) finite = finite && std::isfinite(x);
-      if (!finite) throw UserError(where + "holds NaN or Inf (reward, advantage or log-prob); the dump is damaged");
-    }
-    for (auto& s : samples)
-      if (s.group_id % dp_size_ == dp_rank_) out.push_back(std::move(s));
-  }
-  if (!found)
-    throw UserError("tracks.ar.rollout.replay_dir: no dumped rollout for step " + std::to_string(step) + " in " + dir);
-  return out;
-}
-
 void ArTrack::keep_shown(const std::vector<ArSample>& local) {
   shown_.clear();
   std::set<int64_t> groups;
@@ -282,18 +227,6 @@ bool ArTrack::share_in_training() const {
 int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
 
 int64_t ArTrack::ar_prompts_per_step() const { return config_.tracks.ar.rollout.prompts_per_step; }
-
-void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
-  if (comms_.tp->rank() != 0 || comms_.cp->rank() != 0) return;  // tp / cp peers hold the same samples
-  const std::string dir = config_.run.out_dir + "/" + config_.run.name + "/rollouts";
-  std::filesystem::create_directories(dir);
-  std::vector<const ArSample*> ptrs;
-  for (const auto& s : samples) ptrs.push_back(&s);
-  const auto bytes = serialize_samples(ptrs);
-  const std::string path = dump_path(dir, step, dp_rank_);
-  std::ofstream(path + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  std::filesystem::rename(path + ".tmp", path);
-}
 
 void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics) {
   // Rewards and lengths over all samples of the step (before any filtering).
@@ -565,39 +498,6 @@ void ArTrack::finish(MetricMap& metrics) {
 
 void ArTrack::refresh_reference() {
   if (reference_) reference_ = policy_->frozen_copy();
-}
-
-void ArTrack::save(const std::string& dir) {
-  const bool writer = comms_.world->rank() == 0;
-  policy_->save(dir + "/ar_model", writer);
-  if (reference_) reference_->save(dir + "/ar_reference", writer);
-  if (!writer || !unified_.is_empty()) return;
-  // ar_model/ is a complete Hugging Face directory: export copies it, generate --model reads it.
-  const ArTrackConfig& ar = config_.tracks.ar;
-  HfDirCompanions c;
-  c.source = source_ ? &*source_ : nullptr;
-  if (ar.tokenizer.kind == TokenizerKind::kHf) c.tokenizer_path = ar.tokenizer.path;
-  if (format_->template_from_file()) c.chat_template = format_->template_source();
-  c.stop_ids = format_->stop_ids();
-  c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer_->bos_id();
-  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(dir + "/ar_model", c);
-}
-
-void ArTrack::load(const std::string& dir) {
-  policy_->load(dir + "/ar_model");
-  if (!reference_) return;
-  if (std::filesystem::exists(dir + "/ar_reference")) {
-    reference_->load(dir + "/ar_reference");
-  } else {  // checkpoints written before the reference was saved
-    reference_ = policy_->frozen_copy();
-    spdlog::warn("resume: {} has no ar_reference/; the KL reference is the checkpoint's policy", dir);
-  }
-}
-
-nlohmann::json ArTrack::state() const { return {{"data_cursor", prompts_->cursor()}}; }
-
-void ArTrack::restore(const nlohmann::json& state) {
-  prompts_->restore(tasks::cursor_from_json(state.at("data_cursor")));
 }
 
 }  // namespace tandem

@@ -152,6 +152,7 @@ void validate_generation(const std::vector<GenerationRequest>& requests, const S
   require(p.top_k >= 0, "top_k must be >= 0");
   require(p.max_new_tokens >= 0, "max_new_tokens must be >= 0");
   require(p.max_batch >= 1, "max_batch must be >= 1");
+  require(p.max_live >= 1, "max_live must be >= 1");
   require(p.vocab_limit >= 0, "vocab_limit must be >= 0");
   for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
   for (size_t i = 0; i < requests.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -49,21 +50,17 @@ class Batcher {
  public:
   Batcher(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests, const SamplingParams& p)
       : model_(model), requests_(requests), p_(p), results_(requests.size()) {
-    int64_t capacity = 1, longest_prompt = 1, longest_response = 1;
-    for (const auto& r : requests) {
-      capacity = std::max<int64_t>(capacity, r.prompt.size() + max_new_of(r, p));
-      longest_prompt = std::max<int64_t>(longest_prompt, r.prompt.size());
-      longest_response = std::max<int64_t>(longest_response, max_new_of(r, p));
+    const KvPlan plan = kv_plan(requests, p);
+    slots_ = plan.slots;
+    if (p.use_kv_cache && plan.slots > 0) {
+      cache_.emplace(model.make_kv_cache(plan.slots, plan.capacity, plan.prefix_slots, plan.prefix_capacity));
+      kv_rows_ = plan.rows();
     }
-    const int64_t slots = std::min<int64_t>(p.max_batch, static_cast<int64_t>(requests.size()));
-    // Shared prompts live in the prefix store (at most one per live sequence); a slot then holds
-    // only its response.
-    if (p.use_kv_cache && slots > 0)
-      cache_.emplace(p.share_prompts ? model.make_kv_cache(slots, longest_response, slots, longest_prompt)
-                                     : model.make_kv_cache(slots, capacity));
   }
 
   std::vector<Generation> run(GenerationStats& stats) {
+    stats.kv_slots = cache_ ? slots_ : 0;
+    stats.kv_rows = kv_rows_;
     while (true) {
       admit(stats);
       if (live_.empty()) {
@@ -90,7 +87,7 @@ class Batcher {
     std::map<std::vector<int64_t>, int64_t> seen;  // prompt -> its index in `prompts`
     const bool share = p_.share_prompts && cache_.has_value();
     const size_t first = live_.size();
-    while (live_.size() < static_cast<size_t>(p_.max_batch) && next_ < requests_.size()) {
+    while (live_.size() < static_cast<size_t>(slots_) && next_ < requests_.size()) {
       const size_t r = next_++;
       const int64_t max_new = max_new_of(requests_[r], p_);
       if (max_new == 0) continue;  // an empty response; results_[r] stays empty
@@ -211,11 +208,48 @@ class Batcher {
   const SamplingParams& p_;
   std::vector<Generation> results_;
   std::vector<Live> live_;
-  size_t next_ = 0;  // the first request not yet admitted
+  size_t next_ = 0;    // the first request not yet admitted
+  int64_t slots_ = 0;  // the most sequences live at once (kv_plan)
+  int64_t kv_rows_ = 0;
   std::optional<KvCache> cache_;
 };
 
 }  // namespace
+
+KvPlan kv_plan(const std::vector<GenerationRequest>& requests, const SamplingParams& p) {
+  KvPlan plan;
+  if (requests.empty()) return plan;
+  int64_t capacity = 1, longest_prompt = 1, longest_response = 1;
+  std::set<std::vector<int64_t>> distinct;
+  for (const auto& r : requests) {
+    capacity = std::max<int64_t>(capacity, r.prompt.size() + max_new_of(r, p));
+    longest_prompt = std::max<int64_t>(longest_prompt, r.prompt.size());
+    longest_response = std::max<int64_t>(longest_response, max_new_of(r, p));
+    if (p.share_prompts) distinct.insert(r.prompt);
+  }
+  const auto n = static_cast<int64_t>(requests.size());
+  plan.slots = std::min<int64_t>(p.max_batch, n);
+  plan.capacity = capacity;
+  if (!p.share_prompts || !p.use_kv_cache) return plan;
+  // The rows S slots take with shared prompts: S responses and a prompt per live distinct one.
+  const auto d = static_cast<int64_t>(distinct.size());
+  const auto rows = [&](int64_t s) { return s * longest_response + std::min(s, d) * longest_prompt; };
+  const int64_t budget = plan.rows();
+  // rows() grows with s: the largest s within the budget, by bisection from the unshared count.
+  int64_t slots = plan.slots, hi = std::max(slots, std::min<int64_t>(p.max_live, n));
+  while (slots < hi) {
+    const int64_t mid = slots + (hi - slots + 1) / 2;
+    if (rows(mid) <= budget)
+      slots = mid;
+    else
+      hi = mid - 1;
+  }
+  plan.slots = slots;
+  plan.capacity = longest_response;
+  plan.prefix_slots = std::min(slots, d);
+  plan.prefix_capacity = longest_prompt;
+  return plan;
+}
 
 uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t prompt_id, int64_t sample_index) {
   uint64_t h = mix64(run_seed);

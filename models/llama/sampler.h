@@ -21,8 +21,14 @@ struct SamplingParams {
   int64_t max_new_tokens = 16;
   std::vector<int64_t> stop_ids;                     // any of these ends a response (kept in it)
   std::vector<std::vector<int64_t>> stop_sequences;  // multi-token stops (kept in the response)
-  int64_t max_batch = 64;                            // sequences decoded together (continuous batching)
-  int64_t vocab_limit = 0;                           // > 0: ids >= vocab_limit are never sampled (padded embeddings)
+  // The KV cache's memory, in sequences: max_batch unshared sequences of the longest prompt +
+  // max_new rows each (fewer when there are fewer requests). Without shared prompts it is also
+  // the most sequences decoded together (continuous batching).
+  int64_t max_batch = 64;
+  // With share_prompts a sequence's own rows are only its response, so the same memory holds
+  // more of them: as many as fit, up to max_live (see kv_plan). Ignored without sharing.
+  int64_t max_live = 256;
+  int64_t vocab_limit = 0;   // > 0: ids >= vocab_limit are never sampled (padded embeddings)
   bool use_kv_cache = true;  // false: recompute the whole prefix each token (benchmark baseline)
   // Requests with the same prompt (a GRPO group) share it while any of them is live: it is
   // prefilled once into the KV cache's prefix store, and every decode step reads its K/V once
@@ -56,7 +62,21 @@ struct GenerationStats {
   int64_t max_live = 0;          // most sequences decoding together
   int64_t generated_tokens = 0;  // response tokens over all requests
   int64_t prefill_tokens = 0;    // prompt tokens the prefills computed (shared prompts once)
+  int64_t kv_slots = 0;          // the KV cache's sequence slots (0: no cache)
+  int64_t kv_rows = 0;           // its token rows per layer: sequence slots and prefix store together
 };
+
+// How a generate() call sizes its KV cache: `slots` sequences of `capacity` rows each, plus,
+// with shared prompts, `prefix_slots` prompts of `prefix_capacity` rows.
+struct KvPlan {
+  int64_t slots = 0, capacity = 0, prefix_slots = 0, prefix_capacity = 0;
+  int64_t rows() const { return slots * capacity + prefix_slots * prefix_capacity; }
+};
+// Unshared: min(max_batch, requests) slots of the longest prompt + max_new. Shared: one prefix
+// slot per distinct prompt that can be live (min(slots, distinct prompts), so admission never
+// waits for one) of the longest prompt, and slots of the longest max_new; the most slots, up to
+// min(max_live, requests), whose rows fit in the unshared plan's, and never fewer than it has.
+KvPlan kv_plan(const std::vector<GenerationRequest>& requests, const SamplingParams& params);
 
 // The stream of one sample, from (run seed, step, prompt id, sample index) by a fixed mix: the
 // SplitMix64 chain h = mix64(run_seed), then h = mix64(h ^ x) for step, prompt id, sample index
@@ -65,7 +85,7 @@ uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t prompt_id, int64_t
 
 // Generates one response per request, in request order. Collective over the model's tp group
 // (every tp rank passes the same requests and gets the same tokens). No gradients.
-// Continuous batching: requests are admitted in order while fewer than max_batch sequences are
+// Continuous batching: requests are admitted in order while fewer than kv_plan's slots are
 // live; each decode step extends every live sequence by one token, finished ones leave at once
 // and the next waiting prompts are prefilled into their slots before the next step.
 // Throws UserError for invalid params (temperature < 0, top_p outside (0, 1], ...), an empty

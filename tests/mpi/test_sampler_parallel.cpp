@@ -73,7 +73,7 @@ TEST_CASE("tp and cp generation gives the one-rank tokens and log-probs (float64
 }
 
 TEST_CASE("shared prompts under tp and cp give the unshared one-rank samples (float64)", "[mpi][sampler][share]") {
-  // Groups of 3 samples of each prompt (their own streams); max_batch 4 splits groups across
+  // Groups of 3 samples of each prompt (their own streams); 4 slots split groups across
   // admissions, so a group is prefilled once per admission it spans.
   std::vector<models::GenerationRequest> reqs;
   const auto prompts = requests();
@@ -82,7 +82,7 @@ TEST_CASE("shared prompts under tp and cp give the unshared one-rank samples (fl
       reqs.push_back({prompts[g].prompt, models::sample_seed(5, 1, static_cast<int64_t>(g), k)});
   models::LlamaForCausalLM single = make({});
   models::SamplingParams p;
-  p.temperature = 1.0, p.max_new_tokens = 12, p.max_batch = 4;
+  p.temperature = 1.0, p.max_new_tokens = 12, p.max_batch = 4, p.max_live = 4;
   const auto ref = models::generate(*single, reqs, p);  // unshared, one rank
   p.share_prompts = true;
   for (const Layout l : {Layout{2, 1}, Layout{4, 1}, Layout{2, 2}}) {
