@@ -219,6 +219,32 @@ TEST_CASE("pick_tokens: a batch of rows chooses what each row alone chooses", "[
   CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("all -inf"));
 }
 
+TEST_CASE("next_tokens: pick_tokens on the cut float64 rows, uniforms in row order, log-probs of the whole row",
+          "[sampler]") {
+  const int64_t m = 6, n = 40, limit = 25;
+  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(4), torch::kFloat32) * 3.0;  // (m, n)
+  for (const double temperature : {0.8, 0.0}) {
+    INFO("temperature " << temperature);
+    SamplingParams p = sampling(temperature);
+    p.vocab_limit = limit;
+    std::vector<int64_t> asked;
+    const models::NextTokens got = models::next_tokens(z, p, [&](int64_t i) {
+      asked.push_back(i);
+      return (i + 0.5) / m;
+    });
+    std::vector<double> u;
+    for (int64_t i = 0; i < m; ++i) u.push_back(temperature > 0 ? (i + 0.5) / m : 0.0);
+    const std::vector<int64_t> want = models::pick_tokens(z.narrow(1, 0, limit).to(torch::kFloat64).contiguous(), p, u);
+    CHECK(got.tokens == want);
+    CHECK(asked == (temperature > 0 ? std::vector<int64_t>{0, 1, 2, 3, 4, 5} : std::vector<int64_t>{}));
+    const torch::Tensor logp = torch::log_softmax(z, 1);  // (m, n) float32, over the whole row
+    for (int64_t i = 0; i < m; ++i) {
+      CHECK(got.tokens[i] < limit);
+      CHECK(got.logp[i] == static_cast<double>(logp[i][got.tokens[i]].item<float>()));
+    }
+  }
+}
+
 TEST_CASE("greedy equals step-by-step argmax of model->logits on the full prefix", "[sampler]") {
   models::LlamaForCausalLM model = make_model();
   const auto reqs = make_requests(5);

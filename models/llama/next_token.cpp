@@ -142,6 +142,24 @@ std::vector<int64_t> pick_tokens(const torch::Tensor& z, const SamplingParams& p
   return chosen;
 }
 
+NextTokens next_tokens(const torch::Tensor& logits, const SamplingParams& p,
+                       const std::function<double(int64_t)>& uniform) {
+  const int64_t m = logits.size(0), vocab = logits.size(1);
+  const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;
+  const torch::Tensor z = logits.to(torch::kCPU);                                    // (m, V) in the log-prob dtype
+  const torch::Tensor z64 = z.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (m, limit) for the choice
+  std::vector<double> u(static_cast<size_t>(m), 0.0);
+  if (!is_greedy(p))
+    for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i)] = uniform(i);
+  NextTokens out;
+  out.tokens = pick_tokens(z64, p, u);
+  const torch::Tensor tokens = torch::tensor(out.tokens, torch::kInt64);  // (m)
+  const torch::Tensor logp =                                              // (m)
+      torch::log_softmax(z, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(torch::kFloat64).contiguous();
+  out.logp.assign(logp.data_ptr<double>(), logp.data_ptr<double>() + m);
+  return out;
+}
+
 void validate_generation(const std::vector<GenerationRequest>& requests, const SamplingParams& p, int64_t vocab_size,
                          int64_t max_len, const std::string& who, const std::string& max_len_name) {
   const auto require = [&](bool ok, const std::string& what) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,17 @@ int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u
 // pick_token for every row of z (m, n) (float64, contiguous, CPU), row i with uniform u[i]: the
 // same choice, with the weights of all rows computed in one vectorised pass.
 std::vector<int64_t> pick_tokens(const at::Tensor& z, const SamplingParams& p, const std::vector<double>& u);
+
+// The next token of every row of `logits` (m, V) in the model's log-prob dtype, on any device:
+// pick_tokens on the rows cut at vocab_limit in float64, row i with uniform(i) (called in row
+// order, not at all when greedy), and each token's untempered log-prob log_softmax(logits)[token]
+// in that dtype (what the training forward computes). Both samplers choose through it.
+struct NextTokens {
+  std::vector<int64_t> tokens;  // (m)
+  std::vector<double> logp;     // (m)
+};
+NextTokens next_tokens(const at::Tensor& logits, const SamplingParams& p,
+                       const std::function<double(int64_t)>& uniform);
 
 // What every sampler checks before generating: the params' ranges, non-empty prompts of ids in
 // [0, vocab_size), and prompt + max_new_tokens within max_len. Throws UserError "<who>: ...",

@@ -164,23 +164,13 @@ class Batcher {
 
   // logits (m, V): the next-token logits of live_[first + i]. Chooses, records and retires.
   void take(const torch::Tensor& logits, size_t first) {
-    const int64_t m = logits.size(0), vocab = logits.size(1);
-    const int64_t limit = p_.vocab_limit > 0 ? std::min(p_.vocab_limit, vocab) : vocab;
-    const torch::Tensor z = logits.to(torch::kCPU);                                    // (m, V) in the log-prob dtype
-    const torch::Tensor z64 = z.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (m, limit) for the choice
-    std::vector<double> u(static_cast<size_t>(m), 0.0);
-    if (!is_greedy(p_))
-      for (int64_t i = 0; i < m; ++i) u[i] = live_[first + i].stream.next_uniform();
-    const std::vector<int64_t> chosen = pick_tokens(z64, p_, u);
-    const torch::Tensor tokens = torch::tensor(chosen, torch::kInt64);  // (m)
-    // The untempered, untruncated log-prob in the model's log-prob dtype, as the training forward.
-    const torch::Tensor logp =  // (m)
-        torch::log_softmax(z, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(torch::kFloat64).contiguous();
+    const int64_t m = logits.size(0);
+    const NextTokens next = next_tokens(logits, p_, [&](int64_t i) { return live_[first + i].stream.next_uniform(); });
     std::vector<size_t> done;
     for (int64_t i = 0; i < m; ++i) {
       Live& s = live_[first + i];
-      s.out.tokens.push_back(chosen[i]);
-      s.out.logp.push_back(logp.data_ptr<double>()[i]);
+      s.out.tokens.push_back(next.tokens[i]);
+      s.out.logp.push_back(next.logp[i]);
       s.out.stopped = stops(s.out.tokens);
       if (s.out.stopped || static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) done.push_back(first + i);
     }

@@ -45,23 +45,16 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
       }
       const torch::Tensor logits = model.text_logits(ids.to(model.device()), lengths);  // (B, T, V)
       const torch::Tensor at = (lengths - 1).view({b, 1, 1}).expand({b, 1, logits.size(2)}).to(logits.device());
-      const torch::Tensor last =
-          logits.gather(1, at).squeeze(1).to(torch::kCPU).contiguous();  // (B, V), log-prob dtype
-      const torch::Tensor logp_all = torch::log_softmax(last, 1).to(torch::kFloat64).contiguous();  // (B, V)
-      const int64_t vocab = last.size(1);
-      const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;
-      const torch::Tensor z64 = last.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (B, limit)
-      std::vector<double> u(static_cast<size_t>(b), 0.0);
-      if (!is_greedy(p))
-        for (int64_t i = 0; i < b; ++i) u[i] = live[static_cast<size_t>(i)].stream.next_uniform();
-      const std::vector<int64_t> chosen = pick_tokens(z64, p, u);
+      const torch::Tensor last = logits.gather(1, at).squeeze(1);  // (B, V), log-prob dtype
+      const NextTokens chosen =
+          next_tokens(last, p, [&](int64_t i) { return live[static_cast<size_t>(i)].stream.next_uniform(); });
       std::vector<Live> next;
       for (int64_t i = 0; i < b; ++i) {
         Live& s = live[static_cast<size_t>(i)];
-        const int64_t token = chosen[i];
+        const int64_t token = chosen.tokens[i];
         Generation& g = out[s.request];
         g.tokens.push_back(token);
-        g.logp.push_back(logp_all.data_ptr<double>()[i * vocab + token]);
+        g.logp.push_back(chosen.logp[i]);
         s.ids.push_back(token);
         g.stopped = ends_at_stop(g.tokens, p);
         if (!g.stopped && static_cast<int64_t>(g.tokens.size()) < s.max_new) next.push_back(std::move(s));
