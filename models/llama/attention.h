@@ -34,11 +34,11 @@ struct AttentionLayout {
   // Decode: row i is the next token of slot i, stored at the slot's row cache_rows[i]; it
   // attends to its prefix group's rows, if any, and to the slot's own where cache_key_valid.
   KvCache* cache = nullptr;
-  std::vector<int64_t> cache_slots;        // prefill
-  bool cache_prefixes = false;             // prefill: into the prefix store
-  torch::Tensor cache_rows;                // decode: (n) int64
-  torch::Tensor cache_key_valid;           // decode: (n, S) bool, S = the longest slot after this step
-  std::vector<PrefixGroup> prefix_groups;  // decode: the slots that read each shared prefix
+  std::vector<int64_t> cache_slots;  // prefill
+  bool cache_prefixes = false;       // prefill: into the prefix store
+  torch::Tensor cache_rows;          // decode: (n) int64
+  torch::Tensor cache_key_valid;     // decode: (n, S) bool, S = the longest slot after this step
+  PrefixIndex prefixes;              // decode: the slots that read each shared prefix
   bool decode() const { return cache != nullptr && cache_rows.defined(); }
 };
 

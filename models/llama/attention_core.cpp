@@ -245,43 +245,53 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(probs, v).view({n, heads, dim});                          // (n, H_kv, G, D) -> (n, H, D)
 }
 
-torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
-                               const std::vector<PrefixGroup>& groups) {
-  if (groups.empty()) return decode_attention(q, k, v, key_valid);
-  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
-  const int64_t group = heads / kv_heads, g = static_cast<int64_t>(groups.size());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  const double kInf = std::numeric_limits<double>::infinity();
-  const torch::ScalarType ct = compute_dtype(q.scalar_type());
-  // Every group's readers padded to the largest group (slot n: a zero query row), and where each
-  // sequence's prefix scores land among the groups' (g * m_max; row g * m_max: none, all -inf).
-  int64_t m_max = 1, longest = 1;
-  for (const PrefixGroup& x : groups) m_max = std::max(m_max, x.members.size(0)), longest = std::max(longest, x.length);
+PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device) {
+  PrefixIndex x;
+  x.groups = static_cast<int64_t>(groups.size());
+  if (x.groups == 0) return x;
+  for (const PrefixGroup& grp : groups)
+    x.widest = std::max<int64_t>(x.widest, grp.members.size()), x.longest = std::max(x.longest, grp.length);
+  const int64_t g = x.groups, m_max = x.widest;
   std::vector<int64_t> gather(static_cast<size_t>(g * m_max), n), place(static_cast<size_t>(n), g * m_max);
   std::vector<int64_t> ids, lengths;
   for (int64_t j = 0; j < g; ++j) {
-    const torch::Tensor members = groups[j].members.to(torch::kCPU).contiguous();
-    for (int64_t r = 0; r < members.size(0); ++r) {
-      const int64_t i = members.data_ptr<int64_t>()[r];
-      gather[j * m_max + r] = i, place[i] = j * m_max + r;
+    const std::vector<int64_t>& members = groups[j].members;
+    for (size_t r = 0; r < members.size(); ++r) {
+      const int64_t i = members[r];
+      gather[j * m_max + r] = i, place[i] = j * m_max + static_cast<int64_t>(r);
     }
     ids.push_back(groups[j].prefix), lengths.push_back(groups[j].length);
   }
-  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
-  const torch::Tensor gather_t = torch::tensor(gather, torch::kInt64).to(q.device());  // (g m_max)
-  const torch::Tensor place_t = torch::tensor(place, torch::kInt64).to(q.device());    // (n)
-  // The groups' prefix slots: a view when they are consecutive (the usual case), else a gather.
   bool consecutive = true;
   for (int64_t j = 1; j < g; ++j) consecutive = consecutive && ids[j] == ids[0] + j;
-  const torch::Tensor slots = torch::tensor(ids, torch::kInt64).to(q.device());
+  x.first = consecutive ? ids[0] : -1;
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  x.slots = torch::tensor(ids, torch::kInt64).to(device);
+  x.gather = torch::tensor(gather, torch::kInt64).to(device);
+  x.place = torch::tensor(place, torch::kInt64).to(device);
+  x.beyond =
+      torch::arange(x.longest, idx).unsqueeze(0) >= torch::tensor(lengths, torch::kInt64).to(device).unsqueeze(1);
+  return x;
+}
+
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
+                               const PrefixIndex& groups) {
+  if (groups.groups == 0) return decode_attention(q, k, v, key_valid);
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
+  const int64_t group = heads / kv_heads, g = groups.groups, m_max = groups.widest, longest = groups.longest;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const double kInf = std::numeric_limits<double>::infinity();
+  const torch::ScalarType ct = compute_dtype(q.scalar_type());
+  // The groups' prefix slots: a view when they are consecutive (the usual case), else a gather.
+  const bool consecutive = groups.first >= 0;
   const torch::Tensor keys_t =  // (g, H_kv, D, P)
-      (consecutive ? pk.narrow(0, ids[0], g) : pk.index_select(0, slots)).narrow(3, 0, longest);
+      (consecutive ? pk.narrow(0, groups.first, g) : pk.index_select(0, groups.slots)).narrow(3, 0, longest);
   const torch::Tensor values =
-      (consecutive ? pv.narrow(0, ids[0], g) : pv.index_select(0, slots)).narrow(2, 0, longest);
+      (consecutive ? pv.narrow(0, groups.first, g) : pv.index_select(0, groups.slots)).narrow(2, 0, longest);
   const auto by_group = [&](const torch::Tensor& x) {  // (n, H_kv, G, X) -> (g, H_kv, m_max G, X)
     const torch::Tensor padded = torch::cat({x, torch::zeros({1, kv_heads, group, x.size(3)}, x.options())});
-    return padded.index_select(0, gather_t)
+    return padded.index_select(0, groups.gather)
         .view({g, m_max, kv_heads, group, x.size(3)})
         .permute({0, 2, 1, 3, 4})
         .reshape({g, kv_heads, m_max * group, x.size(3)});
@@ -291,7 +301,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                    .permute({0, 2, 1, 3, 4})
                                    .reshape({g * m_max, kv_heads, group, x.size(3)});
     const torch::Tensor none = torch::full({1, kv_heads, group, x.size(3)}, fill, x.options());
-    return torch::cat({rows, none}).index_select(0, place_t);
+    return torch::cat({rows, none}).index_select(0, groups.place);
   };
   const torch::Tensor qg = q.view({n, kv_heads, group, dim}).mul(scale);  // (n, H_kv, G, D), scaled once
   // Two softmax parts merged by their maxima and sums (the big score tensors never move):
@@ -300,12 +310,10 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const torch::Tensor own = torch::matmul(qg, k.transpose(2, 3))  // (n, H_kv, G, S)
                                 .to(ct)
                                 .masked_fill(key_valid.logical_not().view({n, 1, 1, span}), -kInf);
-  const torch::Tensor beyond =  // (g, P): keys past a group's own prefix
-      torch::arange(longest, idx).unsqueeze(0) >= torch::tensor(lengths, torch::kInt64).to(q.device()).unsqueeze(1);
   const torch::Tensor pre = torch::matmul(by_group(qg), keys_t)
                                 .to(ct)
                                 .masked_fill(  // (g, H_kv, m_max G, P)
-                                    beyond.view({g, 1, 1, longest}), -kInf);
+                                    groups.beyond.view({g, 1, 1, longest}), -kInf);
   const torch::Tensor top =  // (n, H_kv, G, 1): the larger of the two parts' maxima
       torch::maximum(std::get<0>(own.max(-1, true)), by_seq(std::get<0>(pre.max(-1, true)), -kInf));
   const torch::Tensor own_e = (own - top).exp_();                                    // (n, H_kv, G, S)

@@ -79,10 +79,25 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 // The sequences of a decode step that read one shared prefix (a GRPO group's prompt).
 struct PrefixGroup {
-  int64_t prefix = 0;     // its slot in the prefix store
-  int64_t length = 0;     // its rows (the prompt's tokens)
-  torch::Tensor members;  // (m) int64: the sequences (rows of q) that read it
+  int64_t prefix = 0;            // its slot in the prefix store
+  int64_t length = 0;            // its rows (the prompt's tokens)
+  std::vector<int64_t> members;  // the sequences (rows of q) that read it, ascending
 };
+
+// A decode step's prefix groups as the index tensors decode_attention uses: the same in every
+// layer, so built once per step. Every group's readers are padded to the largest group (slot n:
+// a zero query row); `place` says where each sequence's prefix scores land among the groups'.
+struct PrefixIndex {
+  int64_t groups = 0;    // g; 0: no sequence reads a prefix
+  int64_t widest = 1;    // m_max: the most readers of one prefix
+  int64_t longest = 1;   // P: the longest prefix
+  int64_t first = -1;    // >= 0: the prefix slots are first..first+g-1 (a view of the store)
+  torch::Tensor slots;   // (g) int64: the groups' prefix slots (a gather when not consecutive)
+  torch::Tensor gather;  // (g m_max) int64: the sequence at each group position (n: padding)
+  torch::Tensor place;   // (n) int64: each sequence's group position (g m_max: in no group)
+  torch::Tensor beyond;  // (g, P) bool: keys past a group's own prefix
+};
+PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device);
 
 // Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk
 // (P_slots, H_kv, D, P_cap) (keys transposed) and pv (P_slots, H_kv, P_cap, D), then to its own
@@ -92,6 +107,6 @@ struct PrefixGroup {
 // Sequences in no group attend to their own rows only.
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
-                               const std::vector<PrefixGroup>& groups);
+                               const PrefixIndex& groups);
 
 }  // namespace tandem::models

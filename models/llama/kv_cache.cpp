@@ -61,13 +61,12 @@ torch::Tensor KvCache::decode_positions(int64_t n, const torch::Device& device) 
   return torch::tensor(pos, torch::kInt64).to(device);  // (n)
 }
 
-std::vector<PrefixGroup> KvCache::prefix_groups(int64_t n, const torch::Device& device) const {
+std::vector<PrefixGroup> KvCache::prefix_groups(int64_t n) const {
   std::map<int64_t, std::vector<int64_t>> readers;  // prefix slot -> sequence slots, ascending
   for (int64_t i = 0; i < n; ++i)
     if (prefix_.at(i) >= 0) readers[prefix_[i]].push_back(i);
   std::vector<PrefixGroup> out;
-  for (const auto& [prefix, members] : readers)
-    out.push_back({prefix, prefix_lengths_[prefix], torch::tensor(members, torch::kInt64).to(device)});
+  for (const auto& [prefix, members] : readers) out.push_back({prefix, prefix_lengths_[prefix], members});
   return out;
 }
 

@@ -47,7 +47,7 @@ class KvCache {
   // its slot's), (n) int64 on `device`; throws when a slot is full.
   torch::Tensor decode_positions(int64_t n, const torch::Device& device) const;
   // The prefix slots read by sequence slots [0, n), with their readers (none without a store).
-  std::vector<PrefixGroup> prefix_groups(int64_t n, const torch::Device& device) const;
+  std::vector<PrefixGroup> prefix_groups(int64_t n) const;
   void set_length(int64_t slot, int64_t length) { lengths_.at(slot) = length; }
 
   // Moves slot `from`'s rows to slot `to`, overwriting it (compaction when a sequence leaves);

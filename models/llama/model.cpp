@@ -201,7 +201,7 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   layout.cache_rows = torch::tensor(rows, torch::kInt64).to(w.device());  // (n)
   layout.cache_key_valid =  // (n, S): row i sees its own rows j <= rows[i], the new one included
       torch::arange(span, idx).unsqueeze(0) <= layout.cache_rows.unsqueeze(1);
-  layout.prefix_groups = cache.prefix_groups(n, w.device());
+  layout.prefixes = prefix_index(cache.prefix_groups(n), n, w.device());  // once for every layer
   layout.rotary =
       rotary_tables(positions, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)

@@ -49,18 +49,14 @@ PackedInput pack(const std::vector<std::vector<int64_t>>& seqs) {
 class Batcher {
  public:
   Batcher(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests, const SamplingParams& p)
-      : model_(model), requests_(requests), p_(p), results_(requests.size()) {
-    const KvPlan plan = kv_plan(requests, p);
-    slots_ = plan.slots;
-    if (p.use_kv_cache && plan.slots > 0) {
-      cache_.emplace(model.make_kv_cache(plan.slots, plan.capacity, plan.prefix_slots, plan.prefix_capacity));
-      kv_rows_ = plan.rows();
-    }
+      : model_(model), requests_(requests), p_(p), results_(requests.size()), plan_(kv_plan(requests, p)) {
+    if (p.use_kv_cache && plan_.slots > 0)
+      cache_.emplace(model.make_kv_cache(plan_.slots, plan_.capacity, plan_.prefix_slots, plan_.prefix_capacity));
   }
 
   std::vector<Generation> run(GenerationStats& stats) {
-    stats.kv_slots = cache_ ? slots_ : 0;
-    stats.kv_rows = kv_rows_;
+    stats.kv_slots = cache_ ? plan_.slots : 0;
+    stats.kv_rows = cache_ ? plan_.rows() : 0;
     while (true) {
       admit(stats);
       if (live_.empty()) {
@@ -87,7 +83,7 @@ class Batcher {
     std::map<std::vector<int64_t>, int64_t> seen;  // prompt -> its index in `prompts`
     const bool share = p_.share_prompts && cache_.has_value();
     const size_t first = live_.size();
-    while (live_.size() < static_cast<size_t>(slots_) && next_ < requests_.size()) {
+    while (live_.size() < static_cast<size_t>(plan_.slots) && next_ < requests_.size()) {
       const size_t r = next_++;
       const int64_t max_new = max_new_of(requests_[r], p_);
       if (max_new == 0) continue;  // an empty response; results_[r] stays empty
@@ -198,9 +194,8 @@ class Batcher {
   const SamplingParams& p_;
   std::vector<Generation> results_;
   std::vector<Live> live_;
+  const KvPlan plan_;  // slots: the most sequences live at once
   size_t next_ = 0;    // the first request not yet admitted
-  int64_t slots_ = 0;  // the most sequences live at once (kv_plan)
-  int64_t kv_rows_ = 0;
   std::optional<KvCache> cache_;
 };
 
