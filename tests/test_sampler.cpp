@@ -1,7 +1,8 @@
 // The sampler on small random float64 models: greedy against a step-by-step full-prefix
 // reference, the per-sample stream independent of batch composition and order, rollout log-probs
 // equal to the training forward's, KV cache vs recompute, stops / lengths / vocab_limit, top-k /
-// top-p (down to the inverse CDF of one row), continuous batching, and the errors.
+// top-p, continuous batching, shared prompts and the KV plan, and the errors. The token choice
+// itself (next_token.h) is in test_next_token.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -127,121 +128,6 @@ TEST_CASE("sample_seed and the per-sample stream are fixed functions", "[sampler
   for (int i = 0; i < 1000; ++i) {
     const double u = s.next_uniform();
     CHECK((u >= 0.0 && u < 1.0));
-  }
-}
-
-TEST_CASE("pick_token: inverse CDF over temperature / top-k / top-p, greedy ties", "[sampler]") {
-  const std::vector<double> probs{0.1, 0.2, 0.3, 0.4};
-  std::vector<double> z;
-  for (double p : probs) z.push_back(std::log(p) + 1.5);  // a shift changes nothing
-  // Frequencies over a grid of M uniforms are the probabilities up to one grid step.
-  const auto counts = [&](const SamplingParams& p) {
-    const int m = 10000;
-    std::vector<double> c(4, 0);
-    for (int i = 0; i < m; ++i) c[models::pick_token(z.data(), 4, p, (i + 0.5) / m)] += 1.0 / m;
-    return c;
-  };
-  const auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
-    for (size_t i = 0; i < got.size(); ++i)
-      if (std::abs(got[i] - want[i]) > 2e-4) return false;
-    return true;
-  };
-  SamplingParams p = sampling(1.0);
-  CHECK(close(counts(p), probs));
-  p.temperature = 2.0;  // p^(1/2), renormalised
-  double s = 0;
-  for (double q : probs) s += std::sqrt(q);
-  CHECK(close(counts(p), {std::sqrt(0.1) / s, std::sqrt(0.2) / s, std::sqrt(0.3) / s, std::sqrt(0.4) / s}));
-  p = sampling(1.0);
-  p.top_k = 2;
-  CHECK(close(counts(p), {0, 0, 3.0 / 7, 4.0 / 7}));
-  p.top_k = 0;
-  p.top_p = 0.5;  // 0.4 < 0.5, so 0.3 joins
-  CHECK(close(counts(p), {0, 0, 3.0 / 7, 4.0 / 7}));
-  p.top_p = 0.35;
-  CHECK(close(counts(p), {0, 0, 0, 1}));
-  p.top_p = 0.95, p.top_k = 3;  // top-k first: {0.2, 0.3, 0.4}, then 0.95 of 0.9 needs all three
-  CHECK(close(counts(p), {0, 2.0 / 9, 3.0 / 9, 4.0 / 9}));
-
-  const std::vector<double> tie{1.0, 3.0, 3.0, 0.0};
-  CHECK(models::pick_token(tie.data(), 4, sampling(0.0), 0.9) == 1);
-  p = sampling(1.0), p.top_k = 1;
-  CHECK(models::pick_token(tie.data(), 4, p, 0.9) == 1);
-  p = sampling(1.0), p.top_p = 1e-9;
-  CHECK(models::pick_token(tie.data(), 4, p, 0.9) == 1);
-  CHECK(models::pick_token(tie.data(), 1, sampling(1.0), 0.9) == 0);  // the caller's vocab_limit cut
-  const std::vector<double> bad{1.0, std::nan(""), -INFINITY};
-  CHECK_THROWS(models::pick_token(bad.data(), 2, sampling(1.0), 0.5));
-  CHECK_THROWS(models::pick_token(bad.data() + 2, 1, sampling(1.0), 0.5));
-
-  // A wide vocabulary whose nucleus outgrows the first partial-sort guess equals a full sort.
-  const torch::Tensor wide = torch::randn({5000}, at::detail::createCPUGenerator(4), torch::kFloat64) * 0.1;
-  p = sampling(1.0), p.top_p = 0.9;
-  std::vector<int64_t> order(5000);
-  std::iota(order.begin(), order.end(), 0);
-  const double* wz = wide.data_ptr<double>();
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return wz[a] > wz[b]; });
-  const torch::Tensor pr = torch::softmax(wide, 0);
-  std::set<int64_t> nucleus;
-  double cum = 0;
-  for (int64_t i : order) {
-    if (cum >= 0.9) break;
-    cum += pr[i].item<double>();
-    nucleus.insert(i);
-  }
-  REQUIRE(nucleus.size() > 256);
-  std::set<int64_t> drawn;
-  for (int i = 0; i < 4000; ++i) drawn.insert(models::pick_token(wz, 5000, p, (i + 0.5) / 4000));
-  CHECK(std::includes(nucleus.begin(), nucleus.end(), drawn.begin(), drawn.end()));
-  CHECK(drawn.size() > nucleus.size() / 2);
-}
-
-TEST_CASE("pick_tokens: a batch of rows chooses what each row alone chooses", "[sampler]") {
-  // The batch computes its weights in one vectorised pass; a row alone may take another path
-  // through the exp kernel (its tail), which can differ in the last bit of a weight, and a choice
-  // only moves if a uniform lies within such a bit of a cumulative boundary: tokens are compared.
-  const int64_t m = 16, n = 1001;  // an odd width, so rows start at every vector offset
-  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(9), torch::kFloat64) * 2.0;  // (m, n)
-  std::vector<double> u;
-  for (int64_t i = 0; i < m; ++i) u.push_back((i + 0.37) / m);
-  for (int variant = 0; variant < 4; ++variant) {
-    SamplingParams p = sampling(variant == 0 ? 0.0 : 0.7);
-    if (variant == 2) p.top_k = 50;
-    if (variant == 3) p.top_p = 0.8;
-    const std::vector<int64_t> batch = models::pick_tokens(z, p, u);
-    for (int64_t i = 0; i < m; ++i) CHECK(batch[i] == models::pick_token(z.data_ptr<double>() + i * n, n, p, u[i]));
-  }
-  torch::Tensor bad = z.clone();
-  bad[5][7] = std::nan("");
-  CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("NaN or +inf"));
-  bad = z.clone();
-  bad[3].fill_(-INFINITY);
-  CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("all -inf"));
-}
-
-TEST_CASE("next_tokens: pick_tokens on the cut float64 rows, uniforms in row order, log-probs of the whole row",
-          "[sampler]") {
-  const int64_t m = 6, n = 40, limit = 25;
-  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(4), torch::kFloat32) * 3.0;  // (m, n)
-  for (const double temperature : {0.8, 0.0}) {
-    INFO("temperature " << temperature);
-    SamplingParams p = sampling(temperature);
-    p.vocab_limit = limit;
-    std::vector<int64_t> asked;
-    const models::NextTokens got = models::next_tokens(z, p, [&](int64_t i) {
-      asked.push_back(i);
-      return (i + 0.5) / m;
-    });
-    std::vector<double> u;
-    for (int64_t i = 0; i < m; ++i) u.push_back(temperature > 0 ? (i + 0.5) / m : 0.0);
-    const std::vector<int64_t> want = models::pick_tokens(z.narrow(1, 0, limit).to(torch::kFloat64).contiguous(), p, u);
-    CHECK(got.tokens == want);
-    CHECK(asked == (temperature > 0 ? std::vector<int64_t>{0, 1, 2, 3, 4, 5} : std::vector<int64_t>{}));
-    const torch::Tensor logp = torch::log_softmax(z, 1);  // (m, n) float32, over the whole row
-    for (int64_t i = 0; i < m; ++i) {
-      CHECK(got.tokens[i] < limit);
-      CHECK(got.logp[i] == static_cast<double>(logp[i][got.tokens[i]].item<float>()));
-    }
   }
 }
 
