@@ -1,5 +1,6 @@
-// safetensors reader / writer and the Hugging Face directory layout. The reader validates the
-// whole header before touching data, so a hostile or truncated file is a UserError, never UB.
+// safetensors reader / writer (the Hugging Face directory layout is in hf_weights.cpp). The reader
+// validates the whole header before touching data, so a hostile or truncated file is a UserError,
+// never UB.
 #include "models/safetensors.h"
 
 #include <fcntl.h>
@@ -7,26 +8,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/regular_file.h"
+#include "models/safetensors_detail.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; a big-endian host would need byte swapping");
 
 namespace tandem::models {
+
+using detail::fail;
+using detail::parse_strict_json;
+using detail::printable;
+
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // torch kernels and the format itself have no use for more; it also bounds what a malicious
@@ -65,21 +67,11 @@ std::string supported_dtypes() {
   return s;
 }
 
-// Names and parser messages come from the file: keep messages one printable line.
-std::string printable(const std::string& s, size_t max_len = 120) {
-  std::string out;
-  for (unsigned char c : s.substr(0, max_len)) out += (c >= 0x20 && c < 0x7f) ? char(c) : '?';
-  if (s.size() > max_len) out += "...";
-  return out;
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) { throw UserError(path + ": " + what); }
 
 std::string errno_str() { return std::strerror(errno); }
 
@@ -127,37 +119,6 @@ class InputFile {
   int fd_ = -1;
   uint64_t size_ = 0;
 };
-
-// JSON with the rules the format adds: duplicate keys are an error (nlohmann keeps the last one
-// silently) and, when max_depth >= 0, containers may not start at depth >= max_depth.
-json parse_strict_json(const char* begin, const char* end, const std::string& path, int max_depth) {
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (max_depth >= 0 && depth >= max_depth) fail(path, "header JSON is nested deeper than a safetensors header");
-        if (event == json::parse_event_t::object_start) keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        keys.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (!keys.back().insert(k).second) fail(path, "duplicate key \"" + printable(k) + "\" in JSON");
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(begin, end, callback);
-  } catch (const json::exception& e) {
-    fail(path, "invalid JSON: " + printable(e.what(), 300));
-  }
-}
 
 // Product of dims times the element size, or false when it cannot be a real tensor: the byte
 // count or the contiguous strides LibTorch computes (product of max(dim, 1)) overflow int64.
@@ -335,46 +296,55 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
+}  // namespace
+
+namespace detail {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw UserError(path + ": " + what); }
+
+std::string printable(const std::string& s, size_t max_len) {
+  std::string out;
+  for (unsigned char c : s.substr(0, max_len)) out += (c >= 0x20 && c < 0x7f) ? char(c) : '?';
+  if (s.size() > max_len) out += "...";
+  return out;
+}
+
+json parse_strict_json(const char* begin, const char* end, const std::string& path, int max_depth) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (max_depth >= 0 && depth >= max_depth) fail(path, "header JSON is nested deeper than a safetensors header");
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const auto& k = parsed.get_ref<const std::string&>();
+        if (!keys.back().insert(k).second) fail(path, "duplicate key \"" + printable(k) + "\" in JSON");
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(begin, end, callback);
+  } catch (const json::exception& e) {
+    fail(path, "invalid JSON: " + printable(e.what(), 300));
+  }
+}
+
 void write_text_atomically(const std::string& path, const std::string& text) {
   AtomicFile out(path);
   out.write(text.data(), text.size());
   out.commit();
 }
 
-std::string read_text(const std::string& path) {
-  require_regular_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string shard_name(size_t k, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", k, n);
-  return buf;
-}
-
-// "model-DDDDD-of-DDDDD.safetensors": the names save_hf_weights owns in a directory.
-bool is_shard_name(const std::string& f) {
-  const std::string pat = "model-#####-of-#####.safetensors";
-  if (f.size() != pat.size()) return false;
-  for (size_t i = 0; i < f.size(); ++i)
-    if (pat[i] == '#' ? !std::isdigit(static_cast<unsigned char>(f[i])) : f[i] != pat[i]) return false;
-  return true;
-}
-
-// A shard named by an index must stay inside the model directory.
-bool is_safe_relative(const std::string& f) {
-  const fs::path p(f);
-  if (f.empty() || p.is_absolute()) return false;
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
-}
-
-}  // namespace
+}  // namespace detail
 
 std::string safetensors_dtype_name(torch::Dtype dtype) {
   const DtypeSpec* spec = dtype_by_torch(dtype);
@@ -428,6 +398,10 @@ const DtypeSpec& checked_for_save(const std::string& path, const std::string& na
 
 }  // namespace
 
+void detail::check_savable(const std::string& path, const std::string& name, const torch::Tensor& t) {
+  checked_for_save(path, name, t);
+}
+
 void save_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   struct Entry {
@@ -471,154 +445,6 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
     out.write(host.data_ptr(), e.nbytes);
   }
   out.commit();
-}
-
-std::map<std::string, torch::Tensor> load_hf_weights(const std::string& dir) {
-  const fs::path d(dir);
-  std::error_code ec;  // filesystem queries report through UserError, not filesystem_error
-  if (!fs::is_directory(d, ec)) throw UserError(dir + ": weights directory does not exist");
-  if (fs::exists(d / kHfWeightsFile, ec)) return load_safetensors((d / kHfWeightsFile).string());
-  const std::string index_path = (d / kHfIndexFile).string();
-  if (!fs::exists(index_path, ec))
-    throw UserError(dir + ": no " + std::string(kHfWeightsFile) + " or " + kHfIndexFile + " in the weights directory");
-
-  const std::string text = read_text(index_path);
-  const json index = parse_strict_json(text.data(), text.data() + text.size(), index_path, -1);
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    fail(index_path, "missing \"weight_map\" object");
-  std::map<std::string, std::vector<std::string>> names_by_shard;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string() || !is_safe_relative(file.get<std::string>()))
-      fail(index_path, "weight_map entry of '" + printable(name) + "' is not a file name inside the directory");
-    names_by_shard[file.get<std::string>()].push_back(name);
-  }
-
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& [file, names] : names_by_shard) {
-    const std::string shard_path = (d / file).string();
-    if (!fs::exists(shard_path, ec)) fail(index_path, "shard " + printable(file) + " is missing");
-    std::map<std::string, torch::Tensor> shard = load_safetensors(shard_path);
-    for (const std::string& name : names) {
-      auto it = shard.find(name);
-      if (it == shard.end())
-        fail(shard_path,
-             "tensor '" + printable(name) + "' is listed for this shard in " + kHfIndexFile + " but is not in it");
-      out.emplace(name, std::move(it->second));
-      shard.erase(it);
-    }
-    // An unlisted tensor means the index and the shards come from different saves.
-    if (!shard.empty())
-      fail(shard_path, std::to_string(shard.size()) + " tensor(s) not listed in " + kHfIndexFile + ", e.g. '" +
-                           printable(shard.begin()->first) + "'");
-  }
-  return out;
-}
-
-std::map<std::string, HfWeightEntry> read_hf_weight_headers(const std::string& dir) {
-  const fs::path d(dir);
-  std::error_code ec;
-  if (!fs::is_directory(d, ec)) throw UserError(dir + ": weights directory does not exist");
-  std::map<std::string, HfWeightEntry> out;
-  auto add_file = [&](const std::string& path) {
-    const SafetensorsInfo info = read_safetensors_header(path);
-    for (const auto& [name, t] : info.tensors) out[name] = {path, t};
-    return info;
-  };
-  if (fs::exists(d / kHfWeightsFile, ec)) {
-    add_file((d / kHfWeightsFile).string());
-    return out;
-  }
-  const std::string index_path = (d / kHfIndexFile).string();
-  if (!fs::exists(index_path, ec))
-    throw UserError(dir + ": no " + std::string(kHfWeightsFile) + " or " + kHfIndexFile + " in the weights directory");
-  const std::string text = read_text(index_path);
-  const json index = parse_strict_json(text.data(), text.data() + text.size(), index_path, -1);
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    fail(index_path, "missing \"weight_map\" object");
-  std::map<std::string, std::vector<std::string>> names_by_shard;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string() || !is_safe_relative(file.get<std::string>()))
-      fail(index_path, "weight_map entry of '" + printable(name) + "' is not a file name inside the directory");
-    names_by_shard[file.get<std::string>()].push_back(name);
-  }
-  for (const auto& [file, names] : names_by_shard) {
-    const std::string shard_path = (d / file).string();
-    if (!fs::exists(shard_path, ec)) fail(index_path, "shard " + printable(file) + " is missing");
-    const SafetensorsInfo info = add_file(shard_path);
-    for (const std::string& name : names)
-      if (!info.tensors.count(name))
-        fail(shard_path,
-             "tensor '" + printable(name) + "' is listed for this shard in " + kHfIndexFile + " but is not in it");
-    if (info.tensors.size() != names.size())
-      fail(shard_path, "holds tensor(s) not listed for it in " + std::string(kHfIndexFile));
-  }
-  return out;
-}
-
-void save_hf_weights(const std::string& dir, const std::map<std::string, torch::Tensor>& tensors,
-                     uint64_t max_shard_bytes) {
-  if (max_shard_bytes == 0) throw UserError(dir + ": max_shard_bytes must be positive");
-  const fs::path d(dir);
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec) throw UserError(dir + ": cannot create weights directory: " + ec.message());
-
-  // Reject what save_safetensors would reject before any shard is written.
-  for (const auto& [name, t] : tensors) checked_for_save(dir, name, t);
-  // Greedy in name order, as transformers does in state-dict order.
-  std::vector<std::map<std::string, torch::Tensor>> shards;
-  uint64_t shard_bytes = 0, total_bytes = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    if (shards.empty() || (shard_bytes > 0 && shard_bytes + nbytes > max_shard_bytes)) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace(name, t);
-    shard_bytes += nbytes;
-    total_bytes += nbytes;
-  }
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
-
-  std::set<std::string> keep;
-  if (shards.size() <= 1) {
-    save_safetensors((d / kHfWeightsFile).string(), tensors, metadata);
-    keep.insert(kHfWeightsFile);
-  } else {
-    json weight_map = json::object();
-    for (size_t k = 0; k < shards.size(); ++k) {
-      const std::string name = shard_name(k + 1, shards.size());
-      save_safetensors((d / name).string(), shards[k], metadata);
-      for (const auto& entry : shards[k]) weight_map[entry.first] = name;
-      keep.insert(name);
-    }
-    const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-    write_text_atomically((d / kHfIndexFile).string(), index.dump(2) + "\n");
-    keep.insert(kHfIndexFile);
-  }
-  // Only now drop files of an earlier save: until here a reader still finds a complete old set
-  // (model.safetensors wins over an index, so it must go last when switching to shards).
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(d, ec)) {
-    const std::string f = entry.path().filename().string();
-    const bool ours = f == kHfWeightsFile || f == kHfIndexFile || is_shard_name(f);
-    if (ours && !keep.count(f)) stale.push_back(entry.path());
-  }
-  for (const fs::path& p : stale) fs::remove(p, ec);
-}
-
-json read_hf_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kHfConfigFile).string();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw UserError(path + ": missing (a Hugging Face model directory needs config.json)");
-  json config;
-  try {
-    config = json::parse(read_text(path));
-  } catch (const json::exception& e) {
-    fail(path, "invalid JSON: " + printable(e.what(), 300));
-  }
-  if (!config.is_object()) fail(path, "not a JSON object");
-  return config;
 }
 
 }  // namespace tandem::models
