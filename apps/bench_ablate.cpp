@@ -174,9 +174,7 @@ struct Exit {
 
 // Runs argv (no shell: values reach the child verbatim) with stdin from /dev/null and stdout +
 // stderr into log_path, in its own process group so a timeout can end mpirun and its ranks
-// together (SIGTERM, then SIGKILL after 10 s). The environment passes on unchanged: an
-// OPENBLAS_CORETYPE / TANDEM_BLAS_REEXEC that main() set makes the children use the same kernels
-// without re-executing themselves again.
+// together (SIGTERM, then SIGKILL after 10 s). The environment passes on unchanged.
 Exit run_logged(const std::vector<std::string>& argv, const std::string& log_path, double timeout_s) {
   std::vector<char*> cargv;
   for (const auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include "apps/commands.h"
 #include "core/config/config.h"
 #include "core/config/preflight.h"
+#include "parallel/communicator.h"
 #include "parallel/runtime.h"
 #include "runtime/blas_kernel.h"
 #include "runtime/host_memory.h"
+#include "runtime/loaded_libraries.h"
 
 namespace {
 
@@ -44,6 +47,29 @@ const CLI::Validator kFinite(
     },
     "FINITE");
 
+// What this binary was built on and what it loaded: `tandem --version`. A library listed twice means two
+// copies loaded (the wheel's and another), which the build is meant to rule out.
+std::string version_text() {
+  const auto paths = [](const std::string& prefix) {
+    std::string out;
+    for (const auto& p : tandem::loaded_libraries(prefix)) out += (out.empty() ? "" : ", ") + p;
+    return out.empty() ? std::string("none loaded") : out;
+  };
+  std::ostringstream o;
+  o << "tandem " << TANDEM_VERSION << "\n";
+  o << "LibTorch " << TORCH_VERSION << " (" << (TANDEM_TORCH_CUDA ? "CUDA" : "CPU-only") << " build)\n";
+  if (TANDEM_TORCH_CUDA)
+    o << "CUDA: compiled in; runtime " << tandem::parallel::cuda_runtime_version() << " from " << paths("libcudart.so")
+      << "\n";
+  else
+    o << "CUDA: not compiled in\n";
+  if (tandem::parallel::nccl_available())
+    o << "NCCL: compiled in; " << tandem::parallel::nccl_version() << " from " << paths("libnccl.so");
+  else
+    o << "NCCL: not compiled in";
+  return o.str();
+}
+
 int run_check_config(const RecipeArgs& args, int64_t world_size) {
   tandem::Config config = tandem::load_config(args.config_path, args.overrides);
   if (world_size <= 0) world_size = launcher_world_size();
@@ -56,13 +82,12 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::select_blas_kernel(argv);  // may re-execute this process once; before any thread starts
   tandem::keep_freed_host_memory();
   // Logs go to stderr, so a command's stdout holds only its output (generate's text, check-config's
   // recipe, bench JSON). `train` replaces this logger with its own (console + train.log).
   spdlog::set_default_logger(spdlog::stderr_color_mt("tandem-cli"));
   CLI::App app{"tandem: native GRPO / FlowGRPO post-training engine"};
-  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  app.set_version_flag("--version", version_text);
   app.require_subcommand(1);
 
   RecipeArgs check_args;

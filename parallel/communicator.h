@@ -49,5 +49,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups
                                                      int cuda_device);
 
 bool nccl_available();  // compiled with NCCL support
+// The NCCL and CUDA runtime versions of the libraries loaded now ("2.28.9", "13.0"); "" without NCCL.
+std::string nccl_version();
+std::string cuda_runtime_version();
 
 }  // namespace tandem::parallel

@@ -271,6 +271,19 @@ std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups& groups
 
 bool nccl_available() { return true; }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+std::string cuda_runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) return "unknown";
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
 }  // namespace tandem::parallel
 
 #else  // built without CUDA + NCCL
@@ -287,6 +300,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const ProcessGroups&, Axis,
 }
 
 bool nccl_available() { return false; }
+std::string nccl_version() { return ""; }
+std::string cuda_runtime_version() { return ""; }
 
 }  // namespace tandem::parallel
 

@@ -1,82 +1,41 @@
-// dlsym finds openblas_get_corename only when OpenBLAS is the libblas.so.3 the alternatives
-// system selected; with another BLAS nothing happens.
+// Reads at::show_config(), the text torch.__config__.show() prints, so the log names what this
+// LibTorch was built with rather than what tandem assumes.
 #include "runtime/blas_kernel.h"
 
-#include <dlfcn.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
+#include <sstream>
 
 namespace tandem {
 
 namespace {
 
-constexpr const char* kReexecGuard = "TANDEM_BLAS_REEXEC";
-constexpr const char* kSeenVar = "TANDEM_BLAS_SEEN";  // the core OpenBLAS picked before the re-exec
-
-// Cores OpenBLAS 0.3.x falls back to for a model it does not know (oldest first); none uses AVX2.
-// Sandybridge (AVX, no FMA) is included: only a CPU with AVX2 + FMA is ever moved off it.
-constexpr std::array<const char*, 11> kGenericCores = {"Katmai",  "Coppermine", "Northwood",  "Prescott",
-                                                       "Banias",  "Core2",      "Penryn",     "Dunnington",
-                                                       "Nehalem", "Atom",       "Sandybridge"};
+// The value after `key` up to the next ',' or end of line; "" when absent.
+std::string config_value(const std::string& config, const std::string& key) {
+  const auto at = config.find(key);
+  if (at == std::string::npos) return "";
+  const auto begin = at + key.size();
+  const auto end = config.find_first_of(",\n", begin);
+  return config.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
 
 }  // namespace
 
-CpuFeatures cpu_features() {
-  CpuFeatures f;
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vl");
-#endif
-  return f;
-}
-
-std::string preferred_openblas_core(const std::string& loaded, const CpuFeatures& cpu) {
-  bool generic = false;
-  for (const char* c : kGenericCores) generic = generic || loaded == c;
-  if (!generic) return "";
-  if (cpu.avx512 && cpu.avx2_fma) return "SkylakeX";
-  if (cpu.avx2_fma) return "Haswell";
-  return "";
-}
-
-std::string openblas_core() {
-  using CoreName = char* (*)();
-  auto fn = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = fn ? fn() : nullptr;
-  return name ? std::string(name) : std::string();
-}
-
-void select_blas_kernel(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv(kReexecGuard) != nullptr) return;
-  const std::string loaded = openblas_core();
-  const std::string want = preferred_openblas_core(loaded, cpu_features());
-  if (want.empty()) return;
-  setenv("OPENBLAS_CORETYPE", want.c_str(), 1);
-  setenv(kReexecGuard, "1", 1);
-  setenv(kSeenVar, loaded.c_str(), 1);
-  execv("/proc/self/exe", argv);
-  // exec failed: carry on with the kernels we have (and say so in blas_description()).
-  unsetenv("OPENBLAS_CORETYPE");
-  setenv(kSeenVar, (loaded + ", re-exec failed").c_str(), 1);
-}
-
 std::string blas_description() {
-  const std::string core = openblas_core();
-  if (core.empty()) return "BLAS: not OpenBLAS (libblas.so.3 from the alternatives system)";
-  std::string out = "OpenBLAS " + core + " kernels";
-  if (const char* seen = std::getenv(kSeenVar))
-    out += std::string(" (chosen by tandem: OpenBLAS saw ") + seen + ")";
-  else if (std::getenv("OPENBLAS_CORETYPE"))
-    out += " (OPENBLAS_CORETYPE)";
+  const std::string config = at::show_config();
+  std::string blas = config_value(config, "BLAS_INFO=");
+  if (blas.empty()) blas = "unknown";
+  std::string out = "BLAS: " + blas;
+  if (const auto mkl = config.find("Math Kernel Library Version "); mkl != std::string::npos) {
+    std::istringstream version(config.substr(mkl + 28));
+    std::string v;
+    version >> v;
+    out += " (oneMKL " + v + ")";
+  }
+  const std::string capability = config_value(config, "CPU capability usage: ");
+  if (!capability.empty()) out += ", ATen CPU capability " + capability;
   return out;
 }
 

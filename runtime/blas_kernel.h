@@ -1,8 +1,7 @@
-// OpenBLAS chooses its kernels from CPUID once, when it loads. A build older than the CPU it runs
-// on (Debian 12's OpenBLAS 0.3.21 on a Sapphire Rapids core, for one) does not know the model and
-// falls back to its generic Prescott (SSE3) kernels: 31 GFLOP/s per core here where its SkylakeX
-// (AVX-512) kernels give 140. The only switch is OPENBLAS_CORETYPE, read at load time, so the
-// process re-executes itself once with it set. A value the user set is never touched.
+// The BLAS behind LibTorch's CPU GEMMs and the rate it gives here. PyTorch's wheel links Intel's
+// oneMKL statically, so there is no libblas.so.3 to choose and no kernel to pin (the OpenBLAS
+// switches of the Debian LibTorch era are gone); what is left is saying which BLAS and which CPU
+// capability ran, beside the GEMM rate every figure depends on.
 #pragma once
 
 #include <cstdint>
@@ -10,25 +9,8 @@
 
 namespace tandem {
 
-struct CpuFeatures {
-  bool avx2_fma = false;
-  bool avx512 = false;  // F, CD, BW, DQ and VL: what OpenBLAS's SkylakeX kernels use
-};
-CpuFeatures cpu_features();
-
-// The OpenBLAS core to ask for when `loaded` (openblas_get_corename()) is a generic fallback
-// that `cpu` outgrows; "" when the loaded one should stay.
-std::string preferred_openblas_core(const std::string& loaded, const CpuFeatures& cpu);
-
-// OpenBLAS's core name when OpenBLAS is the BLAS this process loaded, else "".
-std::string openblas_core();
-
-// Call first in main(), before any thread or MPI starts: re-executes /proc/self/exe with the
-// same arguments and OPENBLAS_CORETYPE set when preferred_openblas_core() asks for it (once:
-// TANDEM_BLAS_REEXEC guards the loop). Returns only when no re-exec happened.
-void select_blas_kernel(char** argv);
-
-// One line for the logs: "OpenBLAS SkylakeX kernels (chosen by tandem: OpenBLAS saw Prescott)".
+// One line for the logs, from LibTorch's own build configuration, e.g.
+// "BLAS: mkl (oneMKL 2024.2), ATen CPU capability AVX512".
 std::string blas_description();
 
 // Best-of-`repeats` float32 (n, n) x (n, n) torch::mm rate in GFLOP/s on the current threads: the

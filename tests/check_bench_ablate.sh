@@ -21,7 +21,7 @@ expect_rc 0 "ABBA, 2 runs" "$tandem" "${common[@]}" "${real[@]}" --runs 2 --step
   --condition B= --condition R=tracks.ar.algo.old_logp=reuse --condition "M=train.micro_batch_size=8;run.seed=3"
 cp "$tmp/out" "$tmp/abba.json"
 [ -z "$(ls -A "$tmp/scratch")" ] || { echo "FAIL the temporary run directory was not removed"; fail=1; }
-/usr/bin/python3 - "$tmp/abba.json" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "$tmp/abba.json" <<'PY' || fail=1
 import json, sys
 j = json.load(open(sys.argv[1]))
 ok = True
@@ -50,7 +50,7 @@ PY
 # One run per condition, the first step only: no speedup, a reason instead; --out is kept.
 expect_rc 0 "one run" "$tandem" "${common[@]}" "${real[@]}" --runs 1 --steps 1 --warmup-steps 0 --out "$tmp/one" \
   --condition R=tracks.ar.algo.old_logp=reuse --condition B=
-/usr/bin/python3 - "$tmp/out" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "$tmp/out" <<'PY' || fail=1
 import json, sys
 j = json.load(open(sys.argv[1]))
 r = j["conditions"]["R"]

@@ -14,7 +14,7 @@ if ! clang-format --style=file --dry-run -Werror "${cpp[@]}" 2>"${TMPDIR:-/tmp}/
   fail=1
 fi
 mapfile -t all < <(git ls-files '*.cpp' '*.h' 'CMakeLists.txt' '*/CMakeLists.txt' 2>/dev/null)
-/usr/bin/python3 - "${all[@]}" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "${all[@]}" <<'PY' || fail=1
 import sys
 bad = [(f, i + 1, len(l.rstrip("\n"))) for f in sys.argv[1:] for i, l in enumerate(open(f, encoding="utf-8"))
        if len(l.rstrip("\n")) > 120]

@@ -10,5 +10,5 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 TANDEM_LLAMA_OUT_DIR="$out" "$tests_bin" "[.llama_writer]" --warn NoTests
 for name in tiny_llama tiny_qwen2; do
-  /usr/bin/python3 "$root/scripts/fixtures/make_llama.py" --check "$name" "$out/$name"
+  "$TANDEM_PYTHON" "$root/scripts/fixtures/make_llama.py" --check "$name" "$out/$name"
 done

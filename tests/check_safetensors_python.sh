@@ -8,5 +8,5 @@ root=$2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 TANDEM_SAFETENSORS_OUT_DIR="$out" "$tests_bin" "[.writer]" --warn NoTests
-/usr/bin/python3 "$root/scripts/fixtures/check_safetensors.py" "$root/tests/fixtures/safetensors/expected.json" \
+"$TANDEM_PYTHON" "$root/scripts/fixtures/check_safetensors.py" "$root/tests/fixtures/safetensors/expected.json" \
   "$out/all_dtypes.safetensors" "$out/with_metadata.safetensors"

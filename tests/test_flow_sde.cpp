@@ -142,7 +142,7 @@ TEST_CASE("the log-prob's gradient flows through the mean only", "[flow_sde]") {
   k.v.requires_grad_(true);
   const torch::Tensor prev = k.given.clone().requires_grad_(true);
   const SdeStepResult st = sde_step(k.x, k.v, k.sigma, k.sigma_next, k.noise_level, k.sigma_max, prev, SdeGiven::kPrev);
-  const auto grads = torch::autograd::grad({st.log_prob.sum()}, {k.v, prev}, {}, /*retain_graph=*/c10::nullopt,
+  const auto grads = torch::autograd::grad({st.log_prob.sum()}, {k.v, prev}, {}, /*retain_graph=*/std::nullopt,
                                            /*create_graph=*/false, /*allow_unused=*/true);
   CHECK(grads[0].defined());
   CHECK(grads[0].abs().sum().item<double>() > 0);

@@ -1,16 +1,21 @@
-// The Llama / Qwen2 model against the independent Python reference (scripts/fixtures/
-// make_llama.py): logits in float64 / float32, packed vs padded log-probs with a control that
-// ignores sequence boundaries, chunked vs unchunked gradients, the HF config mapping, and the
-// peak memory of chunked vs unchunked log-probs.
+// The Llama / Qwen2 model against transformers (the hidden [.hf_oracle] case) and the independent
+// Python reference (scripts/fixtures/make_llama.py): logits in float64 / float32, packed vs padded log-probs with a
+// control that ignores sequence boundaries, chunked vs unchunked gradients, the HF config mapping, and the peak memory
+// of chunked vs unchunked log-probs.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "fixtures.h"
 #include "llama_test_util.h"
 #include "models/llama/model.h"
 #include "models/llama/weights.h"
+#include "models/safetensors.h"
 #include "runtime/peak_memory.h"
 
 using namespace tandem;
@@ -265,4 +270,58 @@ TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits
   CHECK(full > 128.0 * 2);  // at least the logits and their log-softmax
   CHECK(chunked < full / 4);
   CHECK(chunked_auto < full / 2);
+}
+
+// transformers as the oracle: tests/check_transformers_oracle.sh has scripts/fixtures/hf_oracle.py
+// write random-init Qwen2 / Llama directories with save_pretrained and transformers' own logits, then
+// runs this case on them (TANDEM_HF_ORACLE names the manifest). Float64 equals at 1e-10 of max
+// |logit|, each sequence alone, packed together and padded. bf16 is compared with transformers'
+// bf16 forward: the two round at different points (tandem keeps float32 log-prob statistics and
+// accumulates in its own order), so the tolerance is 4e-2 of max |logit|, about five bf16 ulps
+// at the largest logit; a wrong rope, bias or norm moves logits by order one.
+TEST_CASE("logits equal transformers' (float64 1e-10; bf16 4e-2 of max |logit|)", "[.hf_oracle]") {
+  const char* manifest_path = std::getenv("TANDEM_HF_ORACLE");
+  REQUIRE(manifest_path != nullptr);
+  const nlohmann::json manifest = nlohmann::json::parse(std::ifstream(manifest_path));
+  REQUIRE(!manifest.empty());
+  for (const nlohmann::json& entry : manifest) {
+    const std::string name = entry.at("name"), dir = entry.at("dir");
+    const auto ref = models::load_safetensors(entry.at("ref").get<std::string>());
+    const int64_t n = entry.at("sequences").get<int64_t>();
+    std::vector<std::vector<int64_t>> seqs;
+    for (int64_t i = 0; i < n; ++i) {
+      const torch::Tensor ids = ref.at("ids_" + std::to_string(i)).contiguous();
+      seqs.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    }
+    const test::RaggedBatch all = test::ragged_batch(seqs);
+    for (const auto [dtype, key, tol] :
+         {std::tuple{torch::kFloat64, "f64_", 1e-10}, std::tuple{torch::kBFloat16, "bf16_", 4e-2}}) {
+      INFO(name << " " << c10::toString(dtype));
+      LlamaForCausalLM model = models::load_llama(dir, {}, dtype);
+      torch::NoGradGuard no_grad;
+      const torch::Tensor packed = model->logits(all.packed);  // (N, V)
+      const torch::Tensor padded = model->logits(all.padded);  // (B, T, V)
+      for (int64_t i = 0; i < n; ++i) {
+        const torch::Tensor want = ref.at(key + std::to_string(i));  // (L, V)
+        const int64_t s = all.cu[i].item<int64_t>(), len = want.size(0);
+        const double alone = test::rel_to_max(model->logits(test::ragged_batch({seqs[i]}).packed), want);
+        const double in_pack = test::rel_to_max(packed.narrow(0, s, len), want);
+        const double in_pad = test::rel_to_max(padded[i].narrow(0, 0, len), want);
+        INFO("sequence " << i << ": alone " << alone << ", packed " << in_pack << ", padded " << in_pad);
+        CHECK(alone < tol);
+        CHECK(in_pack < tol);
+        CHECK(in_pad < tol);
+      }
+      if (dtype != torch::kFloat64) continue;
+      // Control: one norm weight moved by 1e-6 is seen at float64's tolerance.
+      for (auto& p : model->named_parameters())
+        if (p.key().find("norm") != std::string::npos) {
+          p.value().data()[0] += 1e-6;
+          break;
+        }
+      const double moved = test::rel_to_max(model->logits(test::ragged_batch({seqs[0]}).packed), ref.at("f64_0"));
+      INFO("control: " << moved);
+      CHECK(moved > tol);
+    }
+  }
 }

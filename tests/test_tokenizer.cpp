@@ -162,6 +162,22 @@ TEST_CASE("tiny fixtures agree with the JavaScript reference", "[tokenizer]") {
   }
 }
 
+TEST_CASE("the NFC normalizer composes text before the split; no normalizer leaves it", "[tokenizer]") {
+  const std::string decomposed = "cafe\u0301 \u1112\u1161\u11ab", composed = "caf\u00e9 \ud55c";
+  json j = json::parse(fixture_json("split_tiny"));
+  const auto raw = parse(j);  // no normalizer: the control, the two spellings differ
+  CHECK(raw->encode(decomposed) != raw->encode(composed));
+  j["normalizer"] = {{"type", "NFC"}};
+  const auto nfc = parse(j);
+  CHECK(nfc->encode(decomposed) == nfc->encode(composed));
+  CHECK(nfc->decode(nfc->encode(decomposed)) == composed);
+  CHECK(nfc->encode("\ufb01") == raw->encode("\ufb01"));  // a compatibility ligature is not NFC's to change
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};  // DeepSeek-V3's: nothing to do
+  CHECK(parse(j)->encode(decomposed) == raw->encode(decomposed));
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  CHECK(parse(j)->encode(decomposed) == nfc->encode(composed));
+}
+
 TEST_CASE("merge layouts and pre-tokenizer variants", "[tokenizer]") {
   const json base = json::parse(fixture_json("bytelevel_tiny"));
   SECTION("merges as pairs give the same ids as merges as strings") {
@@ -256,7 +272,11 @@ TEST_CASE("malformed or unsupported tokenizer.json is a UserError naming the pat
   CHECK_THAT(with([](json& j) {
                j["normalizer"] = {{"type", "Lowercase"}};
              }),
-             Catch::Contains("normalizer: 'Lowercase' is not supported"));
+             Catch::Contains("t.json: normalizer.type: normalizer 'Lowercase' is not supported (NFC, Sequence)"));
+  CHECK_THAT(with([](json& j) {
+               j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "NFKC"}}}}};
+             }),
+             Catch::Contains("t.json: normalizer.normalizers[1].type: normalizer 'NFKC' is not supported"));
   CHECK_THAT(with([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }), Catch::Contains("decoder.type"));
   CHECK_THAT(parse_error(base, R"({"eos_token": "</s>"})"), Catch::Contains("eos_token '</s>' is not a token"));
   CHECK_THAT(parse_error(base, "{"), Catch::Contains("tokenizer_config.json beside t.json: not valid JSON"));
@@ -419,5 +439,28 @@ TEST_CASE("encode throughput and pathological inputs", "[tokenizer]") {
     const Ids one = t->encode(s);
     CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 3.0);
     CHECK(t->decode(one) == s);
+  }
+}
+
+// Hugging Face's tokenizers (the Rust library) as the oracle: tests/check_tokenizers_oracle.sh has
+// scripts/fixtures/hf_oracle.py encode and decode its corpus (text not in NFC, jamo, compatibility
+// characters, controls, emoji, literal special tokens) with the real tokenizer files, and this case
+// checks tandem gives the same ids and the same decoded text (TANDEM_HF_TOKENIZERS names the file).
+TEST_CASE("real tokenizers encode and decode as Hugging Face's tokenizers", "[.hf_tokenizers]") {
+  const char* path = std::getenv("TANDEM_HF_TOKENIZERS");
+  const char* root = std::getenv("TANDEM_HF_TOKENIZER_ROOT");
+  REQUIRE(path != nullptr);
+  REQUIRE(root != nullptr);
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(path));
+  REQUIRE(ref.size() == 4);  // gpt2, llama3, qwen2_5, qwen3
+  for (const auto& [name, entry] : ref.items()) {
+    const auto t = load_hf_tokenizer(std::string(root) + "/" + name);
+    for (const nlohmann::json& c : entry.at("cases")) {
+      const std::string text = c.at("text");
+      INFO(name << ": " << text);
+      const Ids ids = t->encode(text);
+      CHECK(ids == c.at("ids").get<Ids>());
+      CHECK(t->decode(ids, false) == c.at("decoded").get<std::string>());
+    }
   }
 }

@@ -16,6 +16,7 @@
 #include "core/tracks/ar_track.h"
 #include "models/llama/weights.h"
 #include "parallel/communicator.h"
+#include "runtime/loaded_libraries.h"
 
 namespace fs = std::filesystem;
 
@@ -26,8 +27,10 @@ namespace {
 void check_device(const Config& c, std::vector<std::string>& done) {
   const bool gpu = torch::cuda::is_available() && torch::cuda::device_count() > 0;
   if (c.run.device == Device::kCuda && !gpu)
-    throw UserError("run.device: cuda, but this process sees no usable GPU (LibTorch built with CUDA: " +
-                    std::string(torch::cuda::is_available() ? "yes" : "no or no driver") +
+    throw UserError("run.device: cuda, but this process sees no usable GPU (" +
+                    std::string(loaded_libraries("libtorch_cuda.so").empty()
+                                    ? "this LibTorch is CPU-only"
+                                    : "LibTorch has CUDA, but no CUDA driver or device is visible") +
                     "); set run.device: cpu (or auto) and parallel.backend: mpi");
   const bool cuda = c.run.device == Device::kCuda || (c.run.device == Device::kAuto && gpu);
   if (c.parallel.backend == Backend::kNccl) {

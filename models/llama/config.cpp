@@ -113,12 +113,20 @@ const char* rope_scaling_name(RopeScalingKind kind) {
 
 namespace {
 
+// transformers 5 writes rope_parameters (rope_theta and the scaling in one object); older versions
+// write rope_theta and rope_scaling at the top level. Either is read; rope_scaling wins when both are.
+const char* rope_key(const nlohmann::json& j) {
+  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) return "rope_scaling";
+  return "rope_parameters";
+}
+
 RopeScaling rope_scaling_from_hf(const nlohmann::json& j, const std::string& source) {
   RopeScaling r;
-  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return r;
-  const nlohmann::json& s = j.at("rope_scaling");
-  if (!s.is_object()) throw UserError(source + ": rope_scaling must be an object or null");
-  const Fields f(s, source + ": rope_scaling");
+  const char* key = rope_key(j);
+  if (!j.contains(key) || j.at(key).is_null()) return r;
+  const nlohmann::json& s = j.at(key);
+  if (!s.is_object()) throw UserError(source + ": " + key + " must be an object or null");
+  const Fields f(s, source + ": " + key);
   // transformers spells it rope_type since 4.45 and type before.
   const std::string type = f.has("rope_type") ? f.string("rope_type", "") : f.string("type", "default");
   if (type == "default") return r;
@@ -167,6 +175,10 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   c.intermediate_size = dim("intermediate_size");
   c.max_seq_len = dim("max_position_embeddings");
   c.rope_theta = f.number("rope_theta", 10000.0);
+  if (!f.has("rope_theta") && j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
+    const Fields rope(j.at("rope_parameters"), source + ": rope_parameters");
+    c.rope_theta = rope.number("rope_theta", 10000.0);
+  }
   c.rms_eps = f.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = f.boolean("tie_word_embeddings", false);
   c.qkv_bias = type == "qwen2";
@@ -202,28 +214,33 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
       {"num_key_value_heads", c.num_kv_heads},
       {"max_position_embeddings", c.max_seq_len},
       {"rms_norm_eps", c.rms_eps},
-      {"rope_theta", c.rope_theta},
       {"tie_word_embeddings", c.tie_embeddings},
       {"hidden_act", "silu"},
       {"initializer_range", c.initializer_range},
-      {"torch_dtype", hf_dtype_name(dtype)},
   };
+  // The base's spelling is kept: transformers 5 writes dtype and rope_parameters, older versions
+  // torch_dtype, rope_theta and rope_scaling; both versions read either.
+  const bool v5 = j.contains("rope_parameters") && !j.contains("rope_scaling");
+  j[j.contains("dtype") && !j.contains("torch_dtype") ? "dtype" : "torch_dtype"] = hf_dtype_name(dtype);
   for (const auto& [key, value] : arch.items()) j[key] = value;
   if (c.explicit_head_dim > 0)
     j["head_dim"] = c.explicit_head_dim;
   else if (j.contains("head_dim"))
     j["head_dim"] = c.head_dim();
   const RopeScaling& r = c.rope_scaling;
-  if (r.kind == RopeScalingKind::kNone) {
-    j["rope_scaling"] = nullptr;
+  nlohmann::json s = {{"rope_type", r.kind == RopeScalingKind::kNone ? "default" : rope_scaling_name(r.kind)}};
+  if (r.kind != RopeScalingKind::kNone) s["factor"] = r.factor;
+  if (r.kind == RopeScalingKind::kLlama3) {
+    s["low_freq_factor"] = r.low_freq_factor;
+    s["high_freq_factor"] = r.high_freq_factor;
+    s["original_max_position_embeddings"] = r.original_max_seq_len;
+  }
+  if (v5) {
+    s["rope_theta"] = c.rope_theta;
+    j["rope_parameters"] = s;
   } else {
-    nlohmann::json s = {{"rope_type", rope_scaling_name(r.kind)}, {"factor", r.factor}};
-    if (r.kind == RopeScalingKind::kLlama3) {
-      s["low_freq_factor"] = r.low_freq_factor;
-      s["high_freq_factor"] = r.high_freq_factor;
-      s["original_max_position_embeddings"] = r.original_max_seq_len;
-    }
-    j["rope_scaling"] = s;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = r.kind == RopeScalingKind::kNone ? nlohmann::json(nullptr) : s;
   }
   if (qwen2) {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;

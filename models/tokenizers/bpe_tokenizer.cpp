@@ -136,7 +136,7 @@ struct BpeTokenizer::Stage {
   bool invert;
 };
 
-BpeTokenizer::BpeTokenizer(BpeSpec spec) : source_(spec.source), ignore_merges_(spec.ignore_merges) {
+BpeTokenizer::BpeTokenizer(BpeSpec spec) : source_(spec.source), ignore_merges_(spec.ignore_merges), nfc_(spec.nfc) {
   build_vocab(spec);
   build_merges(spec);
   build_added(spec);
@@ -296,8 +296,10 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
   return out;
 }
 
-void BpeTokenizer::encode_segment(const std::string& segment, std::vector<int64_t>& out) const {
-  if (segment.empty()) return;
+void BpeTokenizer::encode_segment(const std::string& text, std::vector<int64_t>& out) const {
+  if (text.empty()) return;
+  // Hugging Face normalizes what lies between added tokens (theirs are matched on the raw text).
+  const std::string segment = nfc_ ? utf8::nfc(text) : text;
   std::vector<std::string> pieces{segment}, next;
   for (const auto& stage : stages_) {
     next.clear();

@@ -48,6 +48,7 @@ struct BpeSpec {
   std::vector<AddedToken> added;
   std::vector<PreTokenizerStage> stages;
   bool ignore_merges = false;
+  bool nfc = false;  // the normalizer: NFC before the pre-tokenizer splits (Qwen2, Qwen3)
   std::optional<std::string> unk_token;
   // From tokenizer_config.json when there is one (a null there means "none"); without one,
   // well-known names (<|endoftext|>, </s>, ...) are looked up instead.
@@ -107,6 +108,7 @@ class BpeTokenizer final : public Tokenizer {
   std::array<std::vector<size_t>, 256> added_by_first_byte_;  // indices into added_, longest first
   std::vector<std::unique_ptr<Stage>> stages_;
   bool ignore_merges_ = false;
+  bool nfc_ = false;
   std::optional<int64_t> unk_, bos_, eos_, pad_;
 
   // Words repeat constantly in natural text, so merged pieces are cached (bounded, guarded).

@@ -1,8 +1,6 @@
 // Reads a Hugging Face tokenizer.json (+ tokenizer_config.json) into a BpeSpec, checking every
 // field it uses so a malformed, truncated or unsupported file is one UserError naming the file
 // and the JSON path, never a crash.
-#include <spdlog/spdlog.h>
-#include <atomic>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -207,27 +205,27 @@ bool read_pre_tokenizer(const Reader& r, const json& node, const std::string& pa
   r.fail(Reader::join(path, "type"), "pre-tokenizer '" + type + "' is not supported (ByteLevel, Split, Sequence)");
 }
 
-void read_normalizer(const Reader& r, const json& root) {
+// NFC, or a Sequence of NFCs, or an empty Sequence (DeepSeek-V3's: no normalization). Any other
+// normalizer is an error naming it: skipping one would tokenize differently from Hugging Face.
+void read_normalizer(const Reader& r, const json& root, BpeSpec& spec) {
   const json* node = r.optional(root, "normalizer");
-  if (!node) return;
+  if (!node || node->is_null()) return;
   r.object(*node, "normalizer");
   const std::string type = r.string(r.required(*node, "type", "normalizer"), "normalizer.type");
-  bool nfc = type == "NFC";
-  if (type == "Sequence") {
-    const json& list = r.array(r.required(*node, "normalizers", "normalizer"), "normalizer.normalizers");
-    nfc = true;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string path = Reader::index("normalizer.normalizers", i);
-      const json& item = r.object(list[i], path);
-      nfc = nfc && r.string(r.required(item, "type", path), Reader::join(path, "type")) == "NFC";
-    }
+  if (type == "NFC") {
+    spec.nfc = true;
+    return;
   }
-  if (!nfc) r.fail("normalizer", "'" + type + "' is not supported (only NFC, as Qwen2 uses)");
-  // Qwen2 asks for NFC. Text from models, datasets and keyboards is NFC already, and a Unicode
-  // normalization table is a dependency we do not take, so NFC is assumed rather than applied.
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true))
-    spdlog::warn("tokenizer: the NFC normalizer is not applied; input text is assumed to be NFC already");
+  if (type != "Sequence") r.fail("normalizer.type", "normalizer '" + type + "' is not supported (NFC, Sequence)");
+  const json& list = r.array(r.required(*node, "normalizers", "normalizer"), "normalizer.normalizers");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = Reader::index("normalizer.normalizers", i);
+    const json& item = r.object(list[i], path);
+    const std::string item_type = r.string(r.required(item, "type", path), Reader::join(path, "type"));
+    if (item_type != "NFC")
+      r.fail(Reader::join(path, "type"), "normalizer '" + item_type + "' is not supported (NFC, Sequence)");
+    spec.nfc = true;
+  }
 }
 
 void read_decoder(const Reader& r, const json& root) {
@@ -258,7 +256,7 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json,
     spec.source = source;
     read_model(r, root, spec);
     read_added_tokens(r, root, spec);
-    read_normalizer(r, root);
+    read_normalizer(r, root, spec);
     const json* pre = r.optional(root, "pre_tokenizer");
     if (!pre || !read_pre_tokenizer(r, *pre, "pre_tokenizer", spec, 0))
       r.fail("pre_tokenizer", "no ByteLevel pre-tokenizer; tandem reads byte-level BPE tokenizers only");

@@ -24,6 +24,10 @@ void append(std::string& out, uint32_t code_point);
 // Replaces each maximal ill-formed subpart with U+FFFD (the WHATWG / Rust from_utf8_lossy rule).
 std::string make_valid(std::string_view s);
 
+// Unicode normalization form C of valid UTF-8 `s` (utf8proc, Debian's libutf8proc): what the NFC
+// normalizer of a tokenizer.json applies before splitting.
+std::string nfc(std::string_view s);
+
 // "'x' (U+0078)" for messages; control characters are shown by code point only.
 std::string describe(uint32_t code_point);
 

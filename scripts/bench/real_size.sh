@@ -10,13 +10,14 @@
 #      DTYPES (default "float32 bfloat16"), STEPS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+: "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
 np=${1:-1}
 tandem=build/tandem
 [ -x "$tandem" ] || { echo "real_size: build first (scripts/build.sh)" >&2; exit 1; }
 tok=build/_deps/tokenizers/qwen2_5
 [ -f "$tok/tokenizer.json" ] || bash scripts/fixtures/fetch_tokenizers.sh >/dev/null
 model=${TANDEM_REAL_MODEL:-build/_deps/qwen2_0p5b_random}
-[ -f "$model/model.safetensors" ] || /usr/bin/python3 scripts/fixtures/make_hf_model.py --size qwen2-0.5b "$model" "$tok"
+[ -f "$model/model.safetensors" ] || "$TANDEM_PYTHON" scripts/fixtures/make_hf_model.py --size qwen2-0.5b "$model" "$tok"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 steps=${STEPS:-2}
 echo "real_size: $model, $np rank(s), $(nproc) CPUs, $steps steps per dtype"
@@ -32,7 +33,7 @@ for dtype in ${DTYPES:-float32 bfloat16}; do
     --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 >"$log" 2>&1 \
     || { echo "real_size: $dtype run failed:"; tail -20 "$log"; exit 1; }
   wall=$(( $(date +%s) - start ))
-  /usr/bin/python3 - "$dtype" "$log" "$out/$dtype/metrics.jsonl" "$wall" <<'EOF'
+  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$dtype/metrics.jsonl" "$wall" <<'EOF'
 import json, re, sys
 dtype, log, metrics, wall = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
 rows = [json.loads(l) for l in open(metrics)]

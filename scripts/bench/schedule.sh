@@ -3,10 +3,11 @@
 # token budget 32768, both cost models, with and without keep_groups.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+: "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
 tandem=${TANDEM:-build/tandem}
 dir=$(mktemp -d)
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/large.txt" 4096 --seed 1
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/small.txt" 64 --seed 2
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/large.txt" 4096 --seed 1
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/small.txt" 64 --seed 2
 for set in large small; do
   for cost in tokens workload; do
     for kg in "" "--keep-groups"; do

@@ -11,12 +11,13 @@
 # tokens (the unshared batch's real tokens); the speedups are paired step by step / run by run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+: "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
 tandem=${TANDEM:-build/tandem}
 threads=${THREADS:-2}
 dir=build/bench
 mkdir -p "$dir"
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/share_train.txt" 32 --prompt 512 1024 --response 64 256 >/dev/null
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/share_rollout.txt" 128 --prompt 512 1024 --response 64 256 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/share_train.txt" 32 --prompt 512 1024 --response 64 256 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/share_rollout.txt" 128 --prompt 512 1024 --response 64 256 >/dev/null
 model=(--heads 8 --vocab 32000 --threads "$threads")
 echo "train: $("$tandem" bench train --lengths "$dir/share_train.txt" --hidden 512 --layers 4 "${model[@]}" \
   --share-prompt compare --steps 2 --warmup 1)"

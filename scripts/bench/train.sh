@@ -6,13 +6,14 @@
 #   mid:   hidden 512, 4 layers, 8 heads, vocab 32000, 64 sequences of 32..512 tokens
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+: "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
 tandem=${TANDEM:-build/tandem}
 threads=${THREADS:-2}
 dir=build/bench
 mkdir -p "$dir"
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/tiny.txt" 256 --uniform 8 24 >/dev/null
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/mid.txt" 64 --uniform 32 512 >/dev/null
-/usr/bin/python3 scripts/bench/make_lengths.py "$dir/equal.txt" 256 --uniform 16 16 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/tiny.txt" 256 --uniform 8 24 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/mid.txt" 64 --uniform 32 512 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/equal.txt" 256 --uniform 16 16 >/dev/null
 for workload in tiny equal; do
   for layout in packed padded auto; do
     echo "$workload $layout: $("$tandem" bench train --lengths "$dir/$workload.txt" --hidden 128 --layers 2 \

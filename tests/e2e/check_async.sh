@@ -22,7 +22,7 @@ cmp -s "$(model base 3)" "$(model overlap 3)" && ok "overlap: weights after 3 st
   || bad "overlap changed the weights"
 cmp -s "$(model base 3)" "$(model control 3)" && bad "control: another micro size gave the same weights" \
   || ok "control: another micro size gives other weights"
-/usr/bin/python3 - "$out/overlap/metrics.jsonl" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "$out/overlap/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 dev = max(r["ar/pg/first_ratio_max_dev"] for r in rows)
@@ -35,14 +35,14 @@ PY
 run 3 --set run.name=dis_a --set run.steps=3 --set parallel.rollout_ranks=1 >"$out/da.log" 2>&1 || { tail -20 "$out/da.log"; exit 1; }
 run 3 --set run.name=dis_b --set run.steps=3 --set parallel.rollout_ranks=2 >"$out/db.log" 2>&1 || { tail -20 "$out/db.log"; exit 1; }
 for r in dis_a dis_b; do
-  /usr/bin/python3 "$here/max_weight_diff.py" "$(model base 3)" "$(model $r 3)" 1e-10 && ok "$r (staleness 0) = colocated" \
+  "$TANDEM_PYTHON" "$here/max_weight_diff.py" "$(model base 3)" "$(model $r 3)" 1e-10 && ok "$r (staleness 0) = colocated" \
     || bad "$r weights differ from colocated"
 done
 
 # 3. Staleness 2 with TIS: lags bounded by 2, histogram covers every sample, nothing dropped.
 run 3 --set run.name=stale --set run.steps=6 --set run.save_every=3 --set parallel.rollout_ranks=1 \
   --set tracks.ar.rollout.max_staleness=2 --set tracks.ar.algo.tis_cap=2.0 >"$out/st.log" 2>&1 || { tail -20 "$out/st.log"; exit 1; }
-/usr/bin/python3 - "$out/stale/metrics.jsonl" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "$out/stale/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 lags = [[r.get(f"ar/rollout/lag_{k}", 0) for k in range(3)] for r in rows]
@@ -61,13 +61,13 @@ TANDEM_TEST_KILL=after_step:3 run 3 --set run.name=killed --set run.steps=6 --se
   --set parallel.rollout_ranks=1 >"$out/k1.log" 2>&1 && bad "the killed run exited 0"
 run 3 --set run.name=killed --set run.steps=6 --set run.save_every=3 --set parallel.rollout_ranks=1 --resume auto \
   >"$out/k2.log" 2>&1 || { tail -20 "$out/k2.log"; exit 1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/killed/metrics.jsonl" \
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/killed/metrics.jsonl" \
   && ok "disaggregated resume at staleness 0 continues exactly" || bad "disaggregated resume differs"
 TANDEM_TEST_KILL=after_step:3 run 3 --set run.name=stale_k --set run.steps=6 --set run.save_every=3 --set parallel.rollout_ranks=1 \
   --set tracks.ar.rollout.max_staleness=2 --set tracks.ar.algo.tis_cap=2.0 >"$out/sk1.log" 2>&1 && bad "killed stale run exited 0"
 run 3 --set run.name=stale_k --set run.steps=6 --set run.save_every=3 --set parallel.rollout_ranks=1 --resume auto \
   --set tracks.ar.rollout.max_staleness=2 --set tracks.ar.algo.tis_cap=2.0 >"$out/sk2.log" 2>&1 || { tail -20 "$out/sk2.log"; exit 1; }
-/usr/bin/python3 - "$out/stale/checkpoints/step_000006/trainer_state.json" "$out/stale_k/checkpoints/step_000006/trainer_state.json" \
+"$TANDEM_PYTHON" - "$out/stale/checkpoints/step_000006/trainer_state.json" "$out/stale_k/checkpoints/step_000006/trainer_state.json" \
   "$out/stale_k/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])

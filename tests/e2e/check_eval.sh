@@ -22,7 +22,7 @@ grep -q "eval after step 4 | ar reward" "$out/np2.log" || { echo "FAIL: no eval 
 "$tandem" eval --checkpoint "$out/np2" >"$out/eval.json" 2>"$out/eval.err" || { echo "FAIL: tandem eval: $(cat "$out/eval.err")"; fail=1; }
 timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" eval \
   --checkpoint "$out/np2" >"$out/eval2.json" 2>"$out/eval2.err" || { echo "FAIL: tandem eval -np 2: $(cat "$out/eval2.err")"; fail=1; }
-/usr/bin/python3 - "$out/np1/metrics.jsonl" "$out/np2/metrics.jsonl" "$out/eval.json" "$out/np2/samples/step_000004.jsonl" \
+"$TANDEM_PYTHON" - "$out/np1/metrics.jsonl" "$out/np2/metrics.jsonl" "$out/eval.json" "$out/np2/samples/step_000004.jsonl" \
   "$out/eval2.json" <<'PY' || fail=1
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]

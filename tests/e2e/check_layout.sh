@@ -16,9 +16,9 @@ for layout in "2 mbs1 --set train.micro_batch_size=1" "1 budget --set train.max_
   run "$np" --set run.name="$name" --set tracks.ar.rollout.replay_dir="$out/dump/rollouts" "$@" >"$out/$name.log" 2>&1 \
     || { echo "FAIL replay $name"; tail -30 "$out/$name.log"; fail=1; continue; }
   echo -n "dp=$np $name: "
-  /usr/bin/python3 "$here/compare_metrics.py" "$out/dump/metrics.jsonl" "$out/$name/metrics.jsonl" --rel 1e-10 --keys $keys || fail=1
+  "$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/dump/metrics.jsonl" "$out/$name/metrics.jsonl" --rel 1e-10 --keys $keys || fail=1
 done
-/usr/bin/python3 - "$out/dump/metrics.jsonl" <<'PY' || fail=1
+"$TANDEM_PYTHON" - "$out/dump/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 devs = [json.loads(l)["ar/pg/first_ratio_max_dev"] for l in open(sys.argv[1])]
 print(f"old_logp recompute: max |ratio - 1| on the first update of each step: {max(devs)}")

@@ -11,7 +11,7 @@ run() { timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-t
           --config "$recipe" --set run.out_dir="$out" --set run.steps=3 "$@"; }
 TANDEM_TEST_NAN_LOSS=1:1 run --set run.name=nan >"$out/nan.log" 2>&1 || { echo "FAIL: the run stopped"; tail -20 "$out/nan.log"; exit 1; }
 run --set run.name=clean >"$out/clean.log" 2>&1 || { echo "FAIL: the control run"; tail -20 "$out/clean.log"; exit 1; }
-/usr/bin/python3 - "$out/nan/metrics.jsonl" "$out/clean/metrics.jsonl" <<'PY'
+"$TANDEM_PYTHON" - "$out/nan/metrics.jsonl" "$out/clean/metrics.jsonl" <<'PY'
 import json, sys
 nan = [json.loads(l) for l in open(sys.argv[1])]
 clean = [json.loads(l) for l in open(sys.argv[2])]

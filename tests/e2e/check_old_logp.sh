@@ -15,7 +15,7 @@ run --set run.name=reuse --set tracks.ar.algo.old_logp=reuse "$@" >"$out/b.log" 
 last=$(cat "$out/recompute/checkpoints/latest")
 cmp -s "$out/recompute/checkpoints/$last/ar_model/model.safetensors" "$out/reuse/checkpoints/$last/ar_model/model.safetensors" \
   && echo "ok: reuse and recompute trained bitwise-identical weights" || { echo "FAIL: weights differ"; fail=1; }
-/usr/bin/python3 - "$out/recompute/metrics.jsonl" "$out/reuse/metrics.jsonl" <<'PY'
+"$TANDEM_PYTHON" - "$out/recompute/metrics.jsonl" "$out/reuse/metrics.jsonl" <<'PY'
 import json, sys
 def mean(path, key):
     v = [json.loads(l)[key] for l in open(path) if l.strip()]

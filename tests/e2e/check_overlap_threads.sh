@@ -19,7 +19,7 @@ weights() { echo "$out/$1/checkpoints/step_000003/ar_model/model.safetensors"; }
 for dtype in float32 float64; do
   for t in 1 2 3; do
     run "off_${dtype}_$t" $t $dtype false && run "on_${dtype}_$t" $t $dtype true || { fail=1; continue; }
-    dev=$(/usr/bin/python3 -c "import json,sys; print(max(json.loads(l)['ar/pg/first_ratio_max_dev'] for l in open(sys.argv[1])))" \
+    dev=$("$TANDEM_PYTHON" -c "import json,sys; print(max(json.loads(l)['ar/pg/first_ratio_max_dev'] for l in open(sys.argv[1])))" \
           "$out/on_${dtype}_$t/metrics.jsonl")
     if [ "$dev" = "0.0" ] && cmp -s "$(weights off_${dtype}_$t)" "$(weights on_${dtype}_$t)"; then
       echo "ok   $dtype, $t thread(s): overlap's first ratio exactly 1, weights bitwise equal to overlap off"

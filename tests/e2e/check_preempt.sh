@@ -22,10 +22,10 @@ for phase in rollout optimizer; do
       echo "FAIL $name: exit $rc, want 3 with a checkpoint of step $want"; tail -5 "$out/$name.log"; fail=1; continue
     fi
     run --set run.name=$name --resume auto >>"$out/$name.log" 2>&1 || { echo "FAIL $name: resume"; fail=1; continue; }
-    if /usr/bin/python3 "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl" >/dev/null; then
+    if "$TANDEM_PYTHON" "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl" >/dev/null; then
       echo "ok   SIGTERM in $phase of step $want: exit 3, checkpoint, resumed to the uninterrupted metrics"
     else
-      echo "FAIL $name: resumed metrics differ"; /usr/bin/python3 "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl"; fail=1
+      echo "FAIL $name: resumed metrics differ"; "$TANDEM_PYTHON" "$compare" "$out/straight/metrics.jsonl" "$out/$name/metrics.jsonl"; fail=1
     fi
   done
 done
@@ -45,12 +45,12 @@ for how in ranks mpirun; do
   if [ $how = ranks ]; then kill -TERM $(procs_of ext_ranks tandem); else kill -USR1 $(procs_of ext_mpirun "mpirun|orterun|mpiexec"); fi
   wait $launcher; rc=$?
   t1=$(date +%s.%N)
-  secs=$(/usr/bin/python3 -c "print(f'{$t1 - $t0:.2f}')")
+  secs=$("$TANDEM_PYTHON" -c "print(f'{$t1 - $t0:.2f}')")
   stopped=$(sed -n 's/.*stopping after step \([0-9]*\) on signal.*/\1/p' "$out/ext_$how.log" | head -1)
   if [ $rc -eq 3 ] && [ -n "$stopped" ]; then echo "ok   signal to $how: exit 3 after step $stopped, $secs s from the signal to the exit"
   else echo "FAIL signal to $how: exit $rc"; tail -5 "$out/ext_$how.log"; fail=1; continue; fi
   run "${long[@]}" --set run.name=ext_$how --resume auto >>"$out/ext_$how.log" 2>&1 \
-    && /usr/bin/python3 "$compare" "$out/straight_long/metrics.jsonl" "$out/ext_$how/metrics.jsonl" >/dev/null \
+    && "$TANDEM_PYTHON" "$compare" "$out/straight_long/metrics.jsonl" "$out/ext_$how/metrics.jsonl" >/dev/null \
     || { echo "FAIL signal to $how: the resumed run differs"; fail=1; }
 done
 
@@ -68,7 +68,7 @@ wait $launcher; rc=$?
 { [ $rc -ne 0 ] && [ $rc -ne 3 ]; } || { echo "FAIL second signal: exit $rc, want an immediate exit (not 0 or 3)"; fail=1; }
 run "${long[@]}" --set run.save_every=20 --set run.name=twice --resume auto >>"$out/twice.log" 2>&1 \
   || { echo "FAIL: resume after two signals"; tail -5 "$out/twice.log"; fail=1; }
-/usr/bin/python3 "$compare" "$out/straight_long/metrics.jsonl" "$out/twice/metrics.jsonl" >/dev/null \
+"$TANDEM_PYTHON" "$compare" "$out/straight_long/metrics.jsonl" "$out/twice/metrics.jsonl" >/dev/null \
   && echo "ok   two SIGTERMs: exit $rc at once; the last committed checkpoint resumes to the uninterrupted metrics" \
   || { echo "FAIL: metrics after two signals"; fail=1; }
 exit $fail

@@ -4,11 +4,12 @@
 # shipped configs/qwen2_0p5b.yaml. check-config opens what the recipe names; GRPO trains in bf16 with
 # float32 master weights on 2 ranks; a resume with the dims spelled out is accepted; ckpt info shows
 # the resolved architecture; the export is a complete HF directory (every config.json key, tokenizer
-# files, chat template, generation_config) that `generate --model` reads with training's stop tokens.
+# files, chat template, generation_config) that `generate --model` reads with training's stop tokens,
+# and that transformers loads with tandem's logits, greedy text and stopping point.
 #
-#   check_real_model.sh TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE
+#   check_real_model.sh TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE TESTS_BIN
 set -u
-tandem=$1; mpirun=$2; root=$3; tok=$4/qwen2_5
+tandem=$1; mpirun=$2; root=$3; tok=$4/qwen2_5; tests_bin=$5
 if [ ! -f "$tok/tokenizer.json" ] || [ ! -f "$tok/tokenizer_config.json" ]; then
   echo "SKIP: the Qwen2.5 tokenizer files are not in $tok (scripts/fixtures/fetch_tokenizers.sh fetches them)"
   exit 77
@@ -18,7 +19,7 @@ fail=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 
-/usr/bin/python3 "$root/scripts/fixtures/make_hf_model.py" --size tiny "$out/qwen" "$tok" >/dev/null || { echo "FAIL make_hf_model"; exit 1; }
+"$TANDEM_PYTHON" "$root/scripts/fixtures/make_hf_model.py" --size tiny "$out/qwen" "$tok" >/dev/null || { echo "FAIL make_hf_model"; exit 1; }
 data=$root/tests/fixtures/gsm8k_tiny.jsonl
 recipe=$root/configs/qwen2_0p5b.yaml
 common=(--set tracks.ar.model.hf_dir="$out/qwen" --set tracks.ar.data.path="$data" --set run.device=cpu
@@ -48,7 +49,7 @@ expect2 "a given dim that differs" "hidden_size: the recipe says 64 but $out/qwe
   "${common[@]}" --set tracks.ar.model.hidden_size=64
 expect2 "max_seq_len past the model's context" "max_seq_len: 40000 exceeds the model's context of 32768" \
   "${common[@]}" --set tracks.ar.model.max_seq_len=40000
-/usr/bin/python3 - "$data" "$out/bad.jsonl" <<'EOF'
+"$TANDEM_PYTHON" - "$data" "$out/bad.jsonl" <<'EOF'
 import sys
 lines = open(sys.argv[1]).read().splitlines()
 lines[2] = '{"question": "How many?", "answer": "nobody knows"}'
@@ -92,7 +93,7 @@ grep -q "vocab 151936  hidden 32  layers 2  heads 4/2  head_dim 8  ffn 64  conte
 # 4. Export: a complete HF directory in the dtype asked for.
 "$tandem" ckpt export-hf "$out/runs/r" "$out/export" --dtype bfloat16 >"$out/export.log" 2>&1 \
   || bad "export: $(cat "$out/export.log")"
-/usr/bin/python3 - "$out/qwen" "$out/export" "$root" <<'EOF' || fail=1
+"$TANDEM_PYTHON" - "$out/qwen" "$out/export" "$root" <<'EOF' || fail=1
 import json, sys
 from pathlib import Path
 src, exp, root = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
@@ -137,4 +138,35 @@ g2=$("$tandem" generate --checkpoint "$out/runs/r" --prompt "Tom has 3 apples." 
       --max-new-tokens 6 2>/dev/null)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && ok "greedy text from the float32 export equals the checkpoint's" \
   || bad "greedy export vs checkpoint: '$g1' vs '$g2'"
+
+# 6. transformers reads the export: AutoModelForCausalLM gives tandem's logits (float64 1e-10, bf16 as
+# llama.transformers_logits states), AutoTokenizer + generate give tandem's greedy text, and with a
+# stop id that greedy decoding reaches, both stop on it at the same place.
+"$TANDEM_PYTHON" "$root/scripts/fixtures/hf_oracle.py" logits "$out/export32" "$out/oracle" >/dev/null 2>&1 \
+  && TANDEM_HF_ORACLE="$out/oracle/manifest.json" "$tests_bin" "[.hf_oracle]" >"$out/oracle.log" 2>&1 \
+  && ok "transformers' AutoModelForCausalLM on the export gives tandem's logits" \
+  || bad "transformers logits on the export: $(tail -30 "$out/oracle.log")"
+prompt="Tom has 3 apples."
+hf=$("$TANDEM_PYTHON" "$root/scripts/fixtures/hf_oracle.py" generate "$out/export32" "$prompt" 6 2>"$out/hf_gen.err") \
+  || bad "transformers generate: $(tail -5 "$out/hf_gen.err")"
+hf_ids=$(sed -n 1p <<<"$hf"); hf_text=$(sed -n '2,$p' <<<"$hf")
+[ -n "$hf_ids" ] && [ "$g1" = "$prompt -> $hf_text    (logp ${g1##*(logp }" ] \
+  && ok "transformers' greedy continuation of the export is tandem's: '$hf_text'" \
+  || bad "greedy continuation: tandem '$g1', transformers '$hf_text' ($hf_ids)"
+# A stop id taken from that continuation (its 3rd token): transformers' generate and tandem's stop there.
+stop=$(awk '{print $3}' <<<"$hf_ids")
+cp -r "$out/export32" "$out/export_stop"
+"$TANDEM_PYTHON" - "$out/export_stop" "$stop" <<'EOF'
+import json, sys
+path = f"{sys.argv[1]}/generation_config.json"
+g = json.load(open(path)); g["eos_token_id"] = [int(sys.argv[2])]; json.dump(g, open(path, "w"))
+EOF
+hs=$("$TANDEM_PYTHON" "$root/scripts/fixtures/hf_oracle.py" generate "$out/export_stop" "$prompt" 6 2>/dev/null)
+ts=$("$tandem" generate --model "$out/export_stop" --prompt "$prompt" --chat-template none --temperature 0 \
+      --max-new-tokens 6 2>/dev/null)
+hs_ids=$(sed -n 1p <<<"$hs"); hs_text=$(sed -n '2,$p' <<<"$hs")
+[ "${hs_ids##* }" = "$stop" ] && [ "$(wc -w <<<"$hs_ids")" -lt 6 ] && [[ "$ts" != *"cut at max_new_tokens"* ]] \
+  && [ "$ts" = "$prompt -> $hs_text    (logp ${ts##*(logp }" ] \
+  && ok "both stop on id $stop after $(wc -w <<<"$hs_ids") tokens: '$hs_text'" \
+  || bad "stop id $stop: transformers '$hs_ids' '$hs_text', tandem '$ts'"
 exit $fail

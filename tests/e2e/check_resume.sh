@@ -17,18 +17,18 @@ rc=$?; [ $rc -ne 0 ] || { echo "FAIL: the killed run exited 0"; fail=1; }
 [ -f "$out/killed/checkpoints/step_000003/COMPLETE" ] || { echo "FAIL: no step-3 checkpoint"; tail -30 "$out/k1.log"; exit 1; }
 run --set run.name=killed --resume auto >"$out/k2.log" 2>&1 || { echo "FAIL resumed run"; tail -30 "$out/k2.log"; exit 1; }
 grep -q "resume: .*step_000003 at step 3" "$out/k2.log" || { echo "FAIL: did not resume from step 3"; fail=1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
 
 TANDEM_TEST_KILL=in_checkpoint:6 run --set run.name=torn >"$out/t1.log" 2>&1
 [ -d "$out/torn/checkpoints/.step_000006.staging" ] || { echo "FAIL: no torn staging dir"; fail=1; }
 [ "$(cat "$out/torn/checkpoints/latest")" = step_000003 ] || { echo "FAIL: latest moved to a torn checkpoint"; fail=1; }
 run --set run.name=torn --resume auto >"$out/t2.log" 2>&1 || { echo "FAIL resume after torn write"; tail -30 "$out/t2.log"; exit 1; }
 grep -q "resume: .*step_000003 at step 3" "$out/t2.log" || { echo "FAIL: torn run did not resume from step 3"; fail=1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/torn/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/torn/metrics.jsonl" || fail=1
 
 cp -r "$out/straight" "$out/damaged"
 model="$out/damaged/checkpoints/step_000006/ar_model/model.safetensors"
-/usr/bin/python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-5] ^= 1; open(sys.argv[1], 'wb').write(b)" "$model"
+"$TANDEM_PYTHON" -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-5] ^= 1; open(sys.argv[1], 'wb').write(b)" "$model"
 "$tandem" ckpt info "$out/straight" >"$out/info_ok.log" 2>&1 && grep -q "^integrity: ok, " "$out/info_ok.log" \
   || { echo "FAIL: ckpt info on an intact checkpoint"; cat "$out/info_ok.log"; fail=1; }
 "$tandem" ckpt info "$out/damaged" >"$out/info_bad.log" 2>&1; rc=$?
@@ -41,7 +41,7 @@ run --set run.name=damaged --resume auto >"$out/d2.log" 2>&1 || { echo "FAIL res
 grep -q "skipping damaged checkpoint .*step_000006 (ar_model/model.safetensors: .*; using .*step_000003" "$out/d2.log" \
   || { echo "FAIL: no warning naming the damaged file"; fail=1; }
 grep -q "resume: .*step_000003 at step 3" "$out/d2.log" || { echo "FAIL: damaged run did not resume from step 3"; fail=1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/damaged/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight/metrics.jsonl" "$out/damaged/metrics.jsonl" || fail=1
 
 # Starting over a run that has checkpoints, without --resume, is refused (no lost data).
 run --set run.name=straight >"$out/again.log" 2>&1; rc=$?

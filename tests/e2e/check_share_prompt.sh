@@ -20,7 +20,7 @@ run() {  # np name share [--set ...]
     || { echo "FAIL $name: the run failed"; tail -20 "$out/$name.log"; return 1; }
 }
 frac() {  # the largest schedule/shared_rows_frac of a run
-  /usr/bin/python3 -c "import json,sys; print(max(json.loads(l).get('ar/schedule/shared_rows_frac', 0) for l in open(sys.argv[1])))" \
+  "$TANDEM_PYTHON" -c "import json,sys; print(max(json.loads(l).get('ar/schedule/shared_rows_frac', 0) for l in open(sys.argv[1])))" \
     "$out/$1/metrics.jsonl"
 }
 weights() { echo "$out/$1/checkpoints/step_000006/ar_model/model.safetensors"; }
@@ -32,17 +32,17 @@ for layout in "budget 2 --set train.max_tokens_per_micro=40 --set train.micro_ba
   run "$np" "${name}_off" off "$@" && run "$np" "${name}_auto" auto "$@" || { fail=1; continue; }
   on=$(frac "${name}_auto"); off=$(frac "${name}_off")
   echo -n "$name (np $np): shared rows up to $on of the batch (off: $off); metrics: "
-  /usr/bin/python3 "$here/compare_metrics.py" "$out/${name}_off/metrics.jsonl" "$out/${name}_auto/metrics.jsonl" \
+  "$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/${name}_off/metrics.jsonl" "$out/${name}_auto/metrics.jsonl" \
     --rel 1e-10 --keys $keys || fail=1
   echo -n "$name (np $np): "
-  /usr/bin/python3 "$here/max_weight_diff.py" "$(weights "${name}_off")" "$(weights "${name}_auto")" 1e-10 || fail=1
-  /usr/bin/python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 and float(sys.argv[2]) == 0 else 1)" "$on" "$off" \
+  "$TANDEM_PYTHON" "$here/max_weight_diff.py" "$(weights "${name}_off")" "$(weights "${name}_auto")" 1e-10 || fail=1
+  "$TANDEM_PYTHON" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 and float(sys.argv[2]) == 0 else 1)" "$on" "$off" \
     || { echo "FAIL $name: shared_rows_frac auto $on, off $off (want > 0 and 0)"; fail=1; }
 done
 # cp 2: training does not share; auto says so and trains exactly what off trains.
 if run 2 cp2_off off --set parallel.cp=2 && run 2 cp2_auto auto --set parallel.cp=2; then
   if grep -q "training: not applied under cp" "$out/cp2_auto.log" && [ "$(frac cp2_auto)" = "0" -o "$(frac cp2_auto)" = "0.0" ] \
-     && /usr/bin/python3 "$here/max_weight_diff.py" "$(weights cp2_off)" "$(weights cp2_auto)" 1e-10 >/dev/null; then
+     && "$TANDEM_PYTHON" "$here/max_weight_diff.py" "$(weights cp2_off)" "$(weights cp2_auto)" 1e-10 >/dev/null; then
     echo "ok   cp 2: auto is stated as not applied in training, and trains what off trains (weights to 1e-10)"
   else
     echo "FAIL cp 2: $(grep -o "share_prompt auto:.*" "$out/cp2_auto.log" | head -1), frac $(frac cp2_auto)"; fail=1

@@ -17,15 +17,15 @@ run --set run.name=explicit --set tracks.ar.micro_batch_size=4 --set tracks.imag
 run --set run.name=other --set tracks.image.micro_batch_size=1 >"$out/c.log" 2>&1 \
   || { echo "FAIL control run"; tail -30 "$out/c.log"; exit 1; }
 w=checkpoints/step_000003/ar_model/model.safetensors
-/usr/bin/python3 "$here/compare_metrics.py" "$out/unset/metrics.jsonl" "$out/explicit/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/unset/metrics.jsonl" "$out/explicit/metrics.jsonl" || fail=1
 # Bitwise: null sizes resolve to the same numbers, so both runs build the same schedule and run the
 # same micros through the same kernels.
 cmp -s "$out/unset/$w" "$out/explicit/$w" && echo "ok: null vs explicit per-track micro sizes: shared weights bitwise identical" \
   || { echo "FAIL: null vs explicit weights differ"; fail=1; }
 cmp -s "$out/unset/$w" "$out/other/$w" && { echo "FAIL control: image micro size 1 gave bitwise the same weights"; fail=1; } \
   || echo "ok: control: image micro size 1 changes the weights (float reassociation), so the comparison can fail"
-/usr/bin/python3 "$here/max_weight_diff.py" "$out/unset/$w" "$out/other/$w" 1e-10 || fail=1
-/usr/bin/python3 - "$out/unset" <<'PY' || fail=1
+"$TANDEM_PYTHON" "$here/max_weight_diff.py" "$out/unset/$w" "$out/other/$w" 1e-10 || fail=1
+"$TANDEM_PYTHON" - "$out/unset" <<'PY' || fail=1
 import json, os, sys
 run = sys.argv[1]
 rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
@@ -40,7 +40,7 @@ print(f"ok: sample grids at steps 0 and 3 with their prompts {prompts}")
 PY
 TANDEM_TEST_KILL=after_step:2 run --set run.name=killed --set run.save_every=1 >"$out/k1.log" 2>&1
 run --set run.name=killed --set run.save_every=1 --resume auto >"$out/k2.log" 2>&1 || { echo "FAIL resume"; tail -30 "$out/k2.log"; exit 1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/unset/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/unset/metrics.jsonl" "$out/killed/metrics.jsonl" || fail=1
 cmp -s "$out/unset/$w" "$out/killed/$w" && echo "ok: resumed shared run ends bitwise where the uninterrupted one does" \
   || { echo "FAIL: resumed weights differ"; fail=1; }
 # With KL terms on both tracks (two frozen references of the shared model, saved in ar_reference/
@@ -50,7 +50,7 @@ run --set run.name=kl $kl >"$out/kl.log" 2>&1 || { echo "FAIL KL run"; tail -30 
 TANDEM_TEST_KILL=after_step:2 run --set run.name=kl_killed --set run.save_every=1 $kl >"$out/kk1.log" 2>&1
 run --set run.name=kl_killed --set run.save_every=1 $kl --resume auto >"$out/kk2.log" 2>&1 \
   || { echo "FAIL KL resume"; tail -30 "$out/kk2.log"; exit 1; }
-/usr/bin/python3 "$here/compare_metrics.py" "$out/kl/metrics.jsonl" "$out/kl_killed/metrics.jsonl" || fail=1
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/kl/metrics.jsonl" "$out/kl_killed/metrics.jsonl" || fail=1
 test -d "$out/kl/checkpoints/step_000003/ar_reference" && echo "ok: the AR KL reference is saved" \
   || { echo "FAIL: no ar_reference in the checkpoint"; fail=1; }
 "$tandem" generate --checkpoint "$out/unset" --prompt "square corners=" --prompt "draw circle" --samples 2 \

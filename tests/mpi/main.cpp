@@ -5,11 +5,9 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include "runtime/blas_kernel.h"
 #include "runtime/host_memory.h"
 
 int main(int argc, char** argv) {
-  tandem::select_blas_kernel(argv);  // the kernels tandem runs on
   tandem::keep_freed_host_memory();
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);  // ranks share this machine's cores
