@@ -220,6 +220,15 @@ else:
     resume(damaged("optim", lambda ck: (ck / "optimizer_tp0.pt").write_bytes(b"not a torch file")),
            "optimizer_tp0.pt: cannot be read", "a damaged optimizer file")
 
+    def before_the_move(ck):  # trainer_state.json as the LibTorch 1.13 build wrote it: no "libtorch"
+        state = json.loads((ck / "trainer_state.json").read_text())
+        assert state.pop("libtorch", None) is not None, "trainer_state.json records no libtorch"
+        (ck / "trainer_state.json").write_text(json.dumps(state))
+        (ck / "optimizer_tp0.pt").write_bytes(b"an archive this LibTorch cannot read")
+
+    resume(damaged("old_optim", before_the_move), "written before tandem moved to PyTorch 2.x",
+           "a pre-2.x checkpoint whose optimizer state does not read")
+
     def cut(ck):
         f = ck / "ar_model" / "model.safetensors"
         f.write_bytes(f.read_bytes()[:-100])

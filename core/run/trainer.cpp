@@ -238,6 +238,7 @@ struct Trainer::Impl {
         state["completed_steps"].get<int64_t>() < 0)
       throw bad("completed_steps is missing or not a non-negative integer");
     if (!state.contains("tracks") || !state["tracks"].is_object()) throw bad("tracks is missing or not an object");
+    if (state.contains("libtorch") && !state["libtorch"].is_string()) throw bad("libtorch is not a string");
     for (const auto& t : tracks)
       if (!state["tracks"].contains(t->name()) || !state["tracks"][t->name()].is_object())
         throw bad("tracks." + t->name() + " is missing or not an object (the run had other tracks enabled?)");
@@ -275,8 +276,17 @@ struct Trainer::Impl {
       torch::load(*optimizer, opt);
     } catch (const c10::Error& e) {
       const std::string what = e.what_without_backtrace();
+      // Checkpoints record the LibTorch that wrote them since the move to PyTorch 2.x ([18]); one
+      // without that field came from the Debian LibTorch 1.13 build.
+      if (!state.contains("libtorch"))
+        throw UserError(opt + ": cannot be read as this run's AdamW state (" + what.substr(0, 200) +
+                        "); the checkpoint records no LibTorch version, so it was written before tandem moved "
+                        "to PyTorch 2.x's LibTorch (by the LibTorch 1.13 build) or is damaged: resume it with the "
+                        "tandem that wrote it, or start a new run from its weights (tracks.ar.model.hf_dir: " +
+                        path + "/ar_model)");
       throw UserError(opt + ": cannot be read as this run's AdamW state (" + what.substr(0, 200) +
-                      "); the checkpoint is damaged or from another model");
+                      "); the checkpoint is damaged or from another model (written by LibTorch " +
+                      state["libtorch"].dump() + ")");
     }
     start_step = state["completed_steps"].get<int64_t>();
     spdlog::info("resume: {} at step {}", path, start_step);
@@ -297,6 +307,7 @@ struct Trainer::Impl {
       nlohmann::json state;
       state["completed_steps"] = completed;
       state["recipe_hash"] = recipe_hash(to_yaml(config));
+      state["libtorch"] = TORCH_VERSION;  // what wrote the AdamW state (torch::save's archive)
       for (auto& t : tracks) state["tracks"][t->name()] = t->state();
       std::ofstream(dir + "/trainer_state.json") << state.dump(2) << "\n";
       std::ofstream(dir + "/recipe.yaml") << to_yaml(config);
