@@ -32,7 +32,7 @@ std::string blas_description() {
     std::istringstream version(config.substr(mkl + 28));
     std::string v;
     version >> v;
-    out += " (oneMKL " + v + ")";
+    out += " (oneMKL " + v.substr(0, v.find('-')) + ")";  // "2024.2-Product" -> "2024.2"
   }
   const std::string capability = config_value(config, "CPU capability usage: ");
   if (!capability.empty()) out += ", ATen CPU capability " + capability;

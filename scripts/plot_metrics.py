@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots a run's metrics.jsonl as a PNG of curves (Debian's python3-matplotlib).
+"""Plots a run's metrics.jsonl as a PNG of curves (matplotlib from the project's .venv: .venv/bin/python scripts/plot_metrics.py RUN_DIR).
 
   /usr/bin/python3 scripts/plot_metrics.py RUN_DIR_OR_METRICS_JSONL [OUT.png]
 

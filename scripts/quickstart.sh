@@ -7,13 +7,14 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 np=${TANDEM_NP:-2}
+python=${TANDEM_VENV:-.venv}/bin/python
 start=$(date +%s)
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
   build/tandem train --config configs/quickstart.yaml --resume auto "$@"
 echo "quickstart: training took $(( $(date +%s) - start )) s wall on $np ranks"
 run=runs/quickstart
-/usr/bin/python3 scripts/plot_metrics.py "$run" "$run/metrics.png"
-/usr/bin/python3 - "$run/metrics.jsonl" <<'PY'
+"$python" scripts/plot_metrics.py "$run" "$run/metrics.png"
+"$python" - "$run/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 r = [x["ar/reward/mean"] for x in rows if "ar/reward/mean" in x]  # (the step-0 line holds only the eval)
