@@ -68,7 +68,8 @@ int run_ckpt_info(const std::string& path) {
               << (m.head_dim ? *m.head_dim : m.hidden_size / m.num_heads) << "  ffn " << m.intermediate_size
               << "  context " << m.max_seq_len << "\n  rope_theta " << m.rope_theta << "  rope_scaling "
               << to_string(m.rope_scaling.type) << "  rms_eps " << m.rms_eps << "  tied "
-              << (m.tie_embeddings ? "yes" : "no") << "  qkv_bias " << (m.qkv_bias ? "yes" : "no") << "\n";
+              << (m.tie_embeddings ? "yes" : "no") << "  qkv_bias " << (m.qkv_bias ? "yes" : "no") << "  qk_norm "
+              << (m.qk_norm ? "yes" : "no") << "\n";
   }
   if (state.contains("tracks"))
     for (const auto& [track, s] : state["tracks"].items()) std::cout << "track " << track << ": " << s.dump() << "\n";

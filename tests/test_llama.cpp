@@ -100,6 +100,49 @@ TEST_CASE("HF config.json maps to LlamaConfig and back", "[llama]") {
   CHECK(models::from_hf_config(spelled).explicit_head_dim == 0);
 }
 
+TEST_CASE("transformers 5's config.json spelling and Qwen3 map to LlamaConfig and back", "[llama]") {
+  // What Qwen3Config(...).save_pretrained writes with transformers 5: rope_parameters, dtype, layer_types.
+  const nlohmann::json qwen3 = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false, "dtype": "bfloat16",
+    "head_dim": 16, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096, "vocab_size": 96,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": null,
+    "layer_types": ["full_attention", "full_attention"],
+    "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})");
+  const models::LlamaConfig c = models::from_hf_config(qwen3);
+  CHECK(c.qk_norm);
+  CHECK(!c.qkv_bias);
+  CHECK(c.head_dim() == 16);
+  CHECK(c.rope_theta == 1e6);  // from rope_parameters
+  CHECK(c.rope_scaling.kind == models::RopeScalingKind::kNone);
+  const nlohmann::json out = models::to_hf_config(c, torch::kFloat32, qwen3);
+  CHECK(out.at("model_type") == "qwen3");
+  CHECK(out.at("architectures") == nlohmann::json::array({"Qwen3ForCausalLM"}));
+  CHECK(out.at("attention_bias") == false);
+  CHECK(out.at("dtype") == "float32");  // the base's spelling is kept
+  CHECK(!out.contains("torch_dtype"));
+  CHECK(!out.contains("rope_scaling"));
+  CHECK(out.at("rope_parameters").at("rope_theta") == 1e6);
+  const models::LlamaConfig back = models::from_hf_config(out);
+  CHECK(back.qk_norm);
+  CHECK(back.rope_theta == 1e6);
+  // llama3 scaling in rope_parameters, as transformers 5 writes a Llama 3.1 config.json.
+  nlohmann::json l31 = models::read_hf_config(test::llama_fixture("tiny_llama31"));
+  const models::LlamaConfig legacy = models::from_hf_config(l31);
+  nlohmann::json v5 = l31;
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = l31.at("rope_scaling");
+  v5["rope_parameters"]["rope_theta"] = legacy.rope_theta;
+  const models::LlamaConfig from_v5 = models::from_hf_config(v5);
+  CHECK(from_v5.rope_scaling == legacy.rope_scaling);
+  CHECK(from_v5.rope_theta == legacy.rope_theta);
+  // Sliding-window layers are not modelled: refused by name.
+  nlohmann::json sliding = qwen3;
+  sliding["layer_types"] = {"full_attention", "sliding_attention"};
+  CHECK_THROWS_WITH(models::from_hf_config(sliding), Catch::Contains("layer_types"));
+}
+
 TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field", "[llama]") {
   const nlohmann::json good = models::read_hf_config(test::llama_fixture("tiny_llama"));
   const auto fails_with = [&](const char* key, const nlohmann::json& value, const std::string& needle) {

@@ -95,6 +95,7 @@ struct ArModelConfig {
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
   bool qkv_bias = false;
+  bool qk_norm = false;             // per-head RMSNorm of queries and keys (Qwen3)
   std::optional<int64_t> head_dim;  // null: hidden_size / num_heads
   RopeScalingConfig rope_scaling;
   std::optional<int64_t> bos_token_id;  // the model's own (config.json / generation_config.json)

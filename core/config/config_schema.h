@@ -105,6 +105,7 @@ void visit(V& v, ArModelConfig& c) {
   v.field("rms_eps", c.rms_eps, above(0));
   v.field("tie_embeddings", c.tie_embeddings);
   v.field("qkv_bias", c.qkv_bias);
+  v.field("qk_norm", c.qk_norm);
   v.field("head_dim", c.head_dim, closed(2, 16777216));
   v.section("rope_scaling", c.rope_scaling);
   v.field("bos_token_id", c.bos_token_id, at_least(0));

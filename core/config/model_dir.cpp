@@ -88,6 +88,7 @@ ModelDir read_model_dir(const std::string& dir) {
   m.rms_eps = c.rms_eps;
   m.tie_embeddings = c.tie_embeddings;
   m.qkv_bias = c.qkv_bias;
+  m.qk_norm = c.qk_norm;
   m.head_dim = c.head_dim();
   m.rope_scaling.type = rope_type(c.rope_scaling.kind);
   m.rope_scaling.factor = c.rope_scaling.factor;
@@ -148,6 +149,7 @@ void resolve_model_dir(Config& config, const std::set<std::string>& given) {
   agree("rms_eps", m.rms_eps, truth.rms_eps);
   agree("tie_embeddings", m.tie_embeddings, truth.tie_embeddings);
   agree("qkv_bias", m.qkv_bias, truth.qkv_bias);
+  agree("qk_norm", m.qk_norm, truth.qk_norm);
   if (m.head_dim) agree("head_dim", m.head_dim, truth.head_dim);
   agree("rope_scaling.type", std::string(to_string(m.rope_scaling.type)),
         std::string(to_string(truth.rope_scaling.type)));

@@ -10,6 +10,9 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);  // (..., dim) -> (..., dim)
+  // The same with `weight` in place of this->weight: a replicated weight passed through
+  // parallel::copy_to_tp, so its gradient sums over the tp ranks that each saw other heads.
+  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& weight);
 
   torch::Tensor weight;  // (dim)
 

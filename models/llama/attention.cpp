@@ -9,7 +9,10 @@ void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
-    : head_dim_(c.head_dim()), local_heads_(c.num_heads / ctx.tp_size), local_kv_heads_(c.num_kv_heads / ctx.tp_size) {
+    : head_dim_(c.head_dim()),
+      local_heads_(c.num_heads / ctx.tp_size),
+      local_kv_heads_(c.num_kv_heads / ctx.tp_size),
+      tp_(ctx.tp_enabled() ? ctx.tp : nullptr) {
   const int64_t d = head_dim_;
   q_proj =
       register_module("q_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_heads * d, c.qkv_bias, ctx, d));
@@ -18,15 +21,25 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::Par
   v_proj =
       register_module("v_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_kv_heads * d, c.qkv_bias, ctx, d));
   o_proj = register_module("o_proj", parallel::RowParallelLinear(c.num_heads * d, c.hidden_size, false, ctx, d));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(d, c.rms_eps));
+    k_norm = register_module("k_norm", RMSNorm(d, c.rms_eps));
+  }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv) {
   const int64_t n = x.size(0), d = head_dim_;
   const auto qkv = parallel::fused_column_parallel(x, {q_proj.get(), k_proj.get(), v_proj.get()});
-  const torch::Tensor q = apply_rotary(qkv[0].view({n, local_heads_, d}), layout.rotary);  // (N, H_l, D)
-  torch::Tensor k = apply_rotary(qkv[1].view({n, local_kv_heads_, d}), layout.rotary);     // (N, H_kv_l, D)
-  torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});                                  // (N, H_kv_l, D)
-  torch::Tensor out;                                                                       // (N, H_l, D)
+  torch::Tensor q = qkv[0].view({n, local_heads_, d});     // (N, H_l, D)
+  torch::Tensor k = qkv[1].view({n, local_kv_heads_, d});  // (N, H_kv_l, D)
+  if (q_norm) {
+    q = q_norm->apply(q, tp_ ? parallel::copy_to_tp(q_norm->weight, tp_) : q_norm->weight);
+    k = k_norm->apply(k, tp_ ? parallel::copy_to_tp(k_norm->weight, tp_) : k_norm->weight);
+  }
+  q = apply_rotary(q, layout.rotary);
+  k = apply_rotary(k, layout.rotary);
+  torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});  // (N, H_kv_l, D)
+  torch::Tensor out;                                       // (N, H_l, D)
   if (kv != nullptr && layout.decode()) {
     store_decode(*kv, k, v, layout.cache_rows);
     const int64_t span = layout.cache_key_valid.size(1);

@@ -1,13 +1,13 @@
-// The Llama / Qwen2 self-attention block: q/k/v projections (column parallel, split by heads),
-// RoPE, K/V gathered across cp when the micro is context-parallel, grouped-query attention on
-// the packed or padded layout (or over a KV cache when decoding), and the o projection (row
-// parallel).
+// The Llama / Qwen2 / Qwen3 self-attention block: q/k/v projections (column parallel, split by
+// heads), Qwen3's per-head q/k RMSNorm, RoPE, K/V gathered across cp when the micro is context-parallel, grouped-query
+// attention on the packed or padded layout (or over a KV cache when decoding), and the o projection (row parallel).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <vector>
 
+#include "models/layers/rms_norm.h"
 #include "models/layers/rotary.h"
 #include "models/llama/attention_core.h"
 #include "models/llama/config.h"
@@ -54,9 +54,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   parallel::ColumnParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
   parallel::RowParallelLinear o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (config.qk_norm): over each head's D, before RoPE
 
  private:
   int64_t head_dim_, local_heads_, local_kv_heads_;
+  parallel::Communicator* tp_ = nullptr;  // the q/k norms' weights are replicated over tp
 };
 TORCH_MODULE(LlamaAttention);
 

@@ -153,11 +153,16 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(source + ": not a JSON object");
   const Fields f(j, source);
   const std::string type = f.string("model_type", "");
-  if (type != "llama" && type != "qwen2") f.fail("model_type", "'" + type + "' is not supported (llama or qwen2)");
+  if (type != "llama" && type != "qwen2" && type != "qwen3")
+    f.fail("model_type", "'" + type + "' is not supported (llama, qwen2 or qwen3)");
   if (f.string("hidden_act", "silu") != "silu") f.fail("hidden_act", "must be silu");
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is not supported");
   if (type == "llama" && f.boolean("attention_bias", false)) f.fail("attention_bias", "is not supported (o_proj bias)");
-  if (type == "qwen2" && f.boolean("use_sliding_window", false)) f.fail("use_sliding_window", "is not supported");
+  if (type != "llama" && f.boolean("use_sliding_window", false)) f.fail("use_sliding_window", "is not supported");
+  if (j.contains("layer_types") && j.at("layer_types").is_array())
+    for (const auto& t : j.at("layer_types"))
+      if (!t.is_string() || t.get<std::string>() != "full_attention")
+        f.fail("layer_types", "has " + t.dump() + ": only full_attention layers are supported");
   // Bounded before anything is sized from them: a damaged or hostile config.json must fail here,
   // not in an allocation.
   auto dim = [&](const char* key, int64_t fallback = -1) {
@@ -181,7 +186,9 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   }
   c.rms_eps = f.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = f.boolean("tie_word_embeddings", false);
-  c.qkv_bias = type == "qwen2";
+  // Qwen2 always has q/k/v biases; Qwen3 has them only with attention_bias (none of the released).
+  c.qkv_bias = type == "qwen2" || (type == "qwen3" && f.boolean("attention_bias", false));
+  c.qk_norm = type == "qwen3";
   c.initializer_range = f.number("initializer_range", 0.02);
   if (f.has("head_dim")) {
     const int64_t hd = dim("head_dim");
@@ -201,11 +208,16 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
 }
 
 nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const nlohmann::json& base) {
-  const bool qwen2 = c.qkv_bias;
+  const bool qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias;
   nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
   const nlohmann::json arch = {
-      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", qwen2 ? "qwen2" : "llama"},
+      {"architectures",
+       {qwen3   ? "Qwen3ForCausalLM"
+        : qwen2 ? "Qwen2ForCausalLM"
+                : "LlamaForCausalLM"}},
+      {"model_type", qwen3   ? "qwen3"
+                     : qwen2 ? "qwen2"
+                             : "llama"},
       {"vocab_size", c.vocab_size},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
@@ -242,7 +254,11 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = r.kind == RopeScalingKind::kNone ? nlohmann::json(nullptr) : s;
   }
-  if (qwen2) {
+  if (qwen3) {
+    if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
+    j["attention_bias"] = c.qkv_bias;
+    j.erase("mlp_bias");
+  } else if (qwen2) {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
   } else {
     j["attention_bias"] = false;

@@ -38,6 +38,7 @@ struct LlamaConfig {
   double rms_eps = 1e-6;
   bool tie_embeddings = false;
   bool qkv_bias = false;            // q/k/v projections carry a bias (Qwen2); o_proj never does
+  bool qk_norm = false;             // per-head RMSNorm of queries and keys before RoPE (Qwen3)
   double initializer_range = 0.02;  // std of the random init (HF's initializer_range)
   int64_t explicit_head_dim = 0;    // HF's head_dim when config.json gives one; 0: hidden_size / num_heads
   RopeScaling rope_scaling;
@@ -53,7 +54,7 @@ struct LlamaConfig {
   void validate_tp(int64_t tp_size) const;
 };
 
-// Maps HF LlamaForCausalLM / Qwen2ForCausalLM config.json fields (num_hidden_layers,
+// Maps HF LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM config.json fields (num_hidden_layers,
 // num_attention_heads, num_key_value_heads, max_position_embeddings, rms_norm_eps,
 // tie_word_embeddings, attention_bias, head_dim, rope_scaling linear | llama3, ...). Throws
 // UserError naming `source` and the field for a missing or mistyped field, a dimension beyond
@@ -61,8 +62,8 @@ struct LlamaConfig {
 // windows, o_proj / MLP bias, an activation other than silu).
 LlamaConfig from_hf_config(const nlohmann::json& config, const std::string& source = "config.json");
 
-// The config.json Hugging Face tools expect for `config` stored in `dtype`: model_type qwen2
-// when qkv_bias, llama otherwise. With `base` (the config.json the weights came from) every key
+// The config.json Hugging Face tools expect for `config` stored in `dtype`: model_type qwen3
+// when qk_norm, qwen2 when qkv_bias, llama otherwise. With `base` (the config.json the weights came from) every key
 // of it is kept and only the architecture keys and torch_dtype are written over it.
 nlohmann::json to_hf_config(const LlamaConfig& config, torch::ScalarType dtype,
                             const nlohmann::json& base = nlohmann::json());

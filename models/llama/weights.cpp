@@ -70,6 +70,10 @@ std::vector<HfParamSpec> hf_param_specs(const LlamaConfig& c) {
     specs.push_back({p + "self_attn.v_proj.weight", {kv, d}, 0, hd});
     if (c.qkv_bias) specs.push_back({p + "self_attn.v_proj.bias", {kv}, 0, hd});
     specs.push_back({p + "self_attn.o_proj.weight", {d, q}, 1, hd});
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {hd}, -1, 1});
+      specs.push_back({p + "self_attn.k_norm.weight", {hd}, -1, 1});
+    }
     specs.push_back({p + "mlp.gate_proj.weight", {f, d}, 0, 1});
     specs.push_back({p + "mlp.up_proj.weight", {f, d}, 0, 1});
     specs.push_back({p + "mlp.down_proj.weight", {d, f}, 1, 1});

@@ -80,10 +80,11 @@ void check_equal(const Outcome& got, const Outcome& ref, const models::LlamaConf
 }
 
 // A config that splits over 4 tp ranks (8 heads, 4 kv heads) with an uneven vocab and MLP.
-models::LlamaConfig wide_config() {
+models::LlamaConfig wide_config(bool qwen3 = false) {
   models::LlamaConfig c;
   c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 8, c.num_kv_heads = 4;
-  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = true, c.initializer_range = 0.3;
+  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = !qwen3, c.initializer_range = 0.3;
+  if (qwen3) c.qk_norm = true, c.explicit_head_dim = 12;  // Qwen3: q/k norms, head_dim != hidden / heads
   return c;
 }
 
@@ -93,11 +94,11 @@ const std::vector<Layout> kLayouts{{2, 1}, {1, 2}, {2, 2}, {1, 4}, {4, 1}};
 
 TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-10)", "[mpi][llama]") {
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
-  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide"}) {
-    const bool wide = name == "wide";
+  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide", "wide_qwen3"}) {
+    const bool wide = name.rfind("wide", 0) == 0;
     auto make = [&](const parallel::ParallelContext& ctx) {
       if (!wide) return models::load_llama(test::llama_fixture(name), ctx, torch::kFloat64);
-      models::LlamaForCausalLM m(wide_config(), ctx, 3);
+      models::LlamaForCausalLM m(wide_config(name == "wide_qwen3"), ctx, 3);
       m->to(torch::kFloat64);
       return m;
     };
