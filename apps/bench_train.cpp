@@ -7,6 +7,8 @@
 // threads (measured beside every timed step) and MFU = achieved / peak. Old log-probs are
 // recomputed once before timing (so the first update's ratio is 1, as in training); the timed
 // steps are what an update costs. --profile runs one more step under the LibTorch profiler.
+// peak_rss_gib is the process's peak resident memory (weights, AdamW state, the step's
+// activations): what --attention and --recompute change.
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
@@ -50,6 +52,8 @@ models::LlamaConfig model_config(const BenchTrainArgs& a, int64_t max_len) {
   c.num_kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
   c.intermediate_size = a.ffn > 0 ? a.ffn : (a.hidden * 8 / 3 + 63) / 64 * 64;
   c.max_seq_len = max_len;
+  c.attention = *models::parse_attention_kernel(a.attention);  // CLI11 checked the name
+  c.recompute_layers = a.recompute == "layers";
   try {
     c.validate();
   } catch (const std::exception& e) {
@@ -235,6 +239,11 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   out["host_memory"] = host_memory_description();
   out["steps"] = a.steps;
   out["share_prompt"] = a.share_prompt;
+  out["attention"] = a.attention;
+  out["recompute"] = a.recompute;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  out["peak_rss_gib"] = static_cast<double>(usage.ru_maxrss) / (1 << 20);  // ru_maxrss is in KiB
   // The first variant's figures at the top level (as before); each variant's below.
   const auto figures = [&](const Variant& v) {
     const double vt = median(v.step_s);

@@ -74,6 +74,8 @@ struct BenchTrainArgs {
   int64_t logits_chunk_tokens = 0;   // tokens per logits chunk; 0: the 64 MiB default
   bool fused_head = true;            // the loss fused into the lm head (no backward recompute)
   std::string share_prompt = "off";  // off | auto (prompts shared) | compare (both, steps alternating)
+  std::string attention = "auto";    // auto | fused | materialised
+  std::string recompute = "none";    // none | layers
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

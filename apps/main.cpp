@@ -271,6 +271,14 @@ int main(int argc, char** argv) {
       ->add_option("--share-prompt", train_bench.share_prompt,
                    "off, auto (a group's prompt is computed once) or compare (both, steps alternating)")
       ->check(CLI::IsMember({"off", "auto", "compare"}));
+  bench_train
+      ->add_option("--attention", train_bench.attention,
+                   "auto (fused kernels), fused or materialised (the (L, L) scores held: the reference)")
+      ->check(CLI::IsMember({"auto", "fused", "materialised"}));
+  bench_train
+      ->add_option("--recompute", train_bench.recompute,
+                   "none or layers (each decoder layer's activations recomputed in the backward)")
+      ->check(CLI::IsMember({"none", "layers"}));
   bench_train->add_option(
       "--profile", train_bench.profile_path,
       "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");

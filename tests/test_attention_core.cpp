@@ -1,8 +1,10 @@
 // Bucketed packed attention against a per-segment reference written out here (explicit causal
 // mask, K/V heads repeated as HF's repeat_kv): outputs and gradients in float64 for whole
 // sequences and for cp-style segments (query offsets into a longer K/V span), across bucket
-// ratios (1 = one bucket per span, 0 = as few buckets as the score cap allows); plus a control
-// where a wrong query offset must change the result.
+// ratios (1 = one bucket per span, 0 = as few buckets as the score cap allows), on the
+// materialised plan and on the fused one (the flash kernels run float64 too, so the same 1e-12
+// holds); float32 and bfloat16 fused against the float64 reference at stated tolerances; plus
+// controls where a wrong query offset must change the result.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -63,19 +65,20 @@ Case offset_segments(std::mt19937& rng, int64_t count) {
   return c;
 }
 
-void check_case(const Case& c, double ratio) {
+void check_case(const Case& c, double ratio, bool fused = false) {
   torch::manual_seed(3);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const torch::Tensor q = torch::randn({c.q_rows, 4, 8}, f64).requires_grad_(true);  // (N, H, D)
   const torch::Tensor k = torch::randn({c.k_rows, 2, 8}, f64).requires_grad_(true);  // (N_kv, H_kv, D)
   const torch::Tensor v = torch::randn({c.k_rows, 2, 8}, f64).requires_grad_(true);
   const torch::Tensor w = torch::randn({c.q_rows, 4, 8}, f64);  // a fixed upstream gradient
-  const auto plan = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, torch::kCPU, ratio);
+  const auto plan = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, torch::kCPU, fused, ratio);
   const torch::Tensor out = packed_attention(q, k, v, plan);
   const auto g = torch::autograd::grad({(out * w).sum()}, {q, k, v});
   const torch::Tensor ref = reference_attention(q, k, v, c.segments);
   const auto gr = torch::autograd::grad({(ref * w).sum()}, {q, k, v});
-  INFO("ratio " << ratio << ", buckets " << plan.buckets.size() << ", segments " << c.segments.size());
+  INFO("ratio " << ratio << ", fused " << fused << ", buckets " << plan.buckets.size() << ", segments "
+                << c.segments.size());
   CHECK((out - ref).abs().max().item<double>() < 1e-12);
   for (int i = 0; i < 3; ++i) CHECK((g[i] - gr[i]).abs().max().item<double>() < 1e-12);
 }
@@ -86,21 +89,72 @@ TEST_CASE("packed attention: buckets equal the per-segment reference, outputs an
   std::mt19937 rng(11);
   const Case short_rows = whole_sequences(rng, 40, 1, 24), long_tail = whole_sequences(rng, 12, 2, 90);
   const Case cp_like = offset_segments(rng, 15);
-  for (double ratio : {1.0, kBucketSpanRatio, 0.0}) {
-    check_case(short_rows, ratio);
-    check_case(long_tail, ratio);
-    check_case(cp_like, ratio);
+  for (const bool fused : {false, true})
+    for (double ratio : {1.0, kBucketSpanRatio, 0.0}) {
+      check_case(short_rows, ratio, fused);
+      check_case(long_tail, ratio, fused);
+      check_case(cp_like, ratio, fused);
+    }
+}
+
+TEST_CASE("packed attention: fused float32 and bfloat16 against the float64 reference", "[attention][fused]") {
+  // Many segments of mixed lengths, GQA (4 query heads on 2 kv heads), cp-style offsets.
+  std::mt19937 rng(17);
+  const Case whole = whole_sequences(rng, 30, 1, 70), cp_like = offset_segments(rng, 20);
+  for (const Case* c : {&whole, &cp_like}) {
+    torch::manual_seed(5);
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+    const torch::Tensor q = torch::randn({c->q_rows, 4, 16}, f64), k = torch::randn({c->k_rows, 2, 16}, f64);
+    const torch::Tensor v = torch::randn({c->k_rows, 2, 16}, f64), w = torch::randn({c->q_rows, 4, 16}, f64);
+    const auto grads = [&](torch::ScalarType dt, bool fused) {
+      const torch::Tensor qd = q.to(dt).requires_grad_(true), kd = k.to(dt).requires_grad_(true),
+                          vd = v.to(dt).requires_grad_(true);
+      const auto plan = plan_packed_attention(c->segments, c->q_rows, c->k_rows, 4, torch::kCPU, fused);
+      const torch::Tensor out = packed_attention(qd, kd, vd, plan);
+      auto g = torch::autograd::grad({(out.to(torch::kFloat64) * w).sum()}, {qd, kd, vd});
+      std::vector<torch::Tensor> r{out.to(torch::kFloat64)};
+      for (auto& x : g) r.push_back(x.to(torch::kFloat64));
+      return r;
+    };
+    const auto ref = grads(torch::kFloat64, false);
+    // Stated tolerances, relative to each tensor's largest entry: float32 1e-5, bfloat16 3e-2 (its
+    // 8-bit mantissa on inputs and outputs; softmax and accumulation run in float32 in both paths).
+    for (const auto& [dt, tol] : {std::pair{torch::kFloat32, 1e-5}, std::pair{torch::kBFloat16, 3e-2}}) {
+      const auto fused = grads(dt, true), materialised = grads(dt, false);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        INFO("dtype " << dt << ", tensor " << i << " (out, dq, dk, dv)");
+        const double scale = ref[i].abs().max().item<double>();
+        CHECK((fused[i] - ref[i]).abs().max().item<double>() <= tol * scale);
+        CHECK((materialised[i] - ref[i]).abs().max().item<double>() <= tol * scale);
+      }
+    }
   }
+}
+
+TEST_CASE("packed attention: the fused plan groups a prefix's segments and reads the prefix in place",
+          "[attention][fused]") {
+  const torch::Tensor cu = torch::tensor({0, 5, 9, 10, 16, 19}, torch::kInt64);
+  const torch::Tensor prefix_of = torch::tensor({-1, 0, 0, 0, -1}, torch::kInt64);
+  const auto plan = plan_packed_attention(segments_with_prefixes(cu, prefix_of), 19, 19, 4, torch::kCPU, true, 0.0);
+  // Plain sequences (the prompt, the lone one) in one bucket; the three responses in one prefix bucket.
+  REQUIRE(plan.buckets.size() == 2);
+  CHECK_FALSE(plan.buckets[0].p_index.defined());
+  CHECK_FALSE(plan.buckets[0].blocked.defined());
+  REQUIRE(plan.buckets[1].p_index.defined());
+  CHECK(plan.buckets[1].batch == 3);
+  CHECK(plan.buckets[1].q_len == 6);
+  CHECK(plan.buckets[1].k_len == 6);  // own rows only: the prompt is not copied per response
+  CHECK(torch::equal(plan.buckets[1].p_index, torch::arange(5, torch::kInt64)));
 }
 
 TEST_CASE("packed attention: bucket count follows the span ratio; equal lengths need no gather", "[attention]") {
   std::mt19937 rng(5);
   const Case c = whole_sequences(rng, 64, 8, 24);
   const auto dev = torch::kCPU;
-  CHECK(plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, 0.0).buckets.size() == 1);
-  const auto fine = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, 1.0);
+  CHECK(plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, false, 0.0).buckets.size() == 1);
+  const auto fine = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, false, 1.0);
   CHECK(fine.buckets.size() >= 10);  // one per distinct length
-  const auto mid = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, kBucketSpanRatio);
+  const auto mid = plan_packed_attention(c.segments, c.q_rows, c.k_rows, 4, dev, false, kBucketSpanRatio);
   CHECK(mid.buckets.size() < fine.buckets.size());
   CHECK(mid.buckets.size() <= 5);
 
@@ -134,6 +188,11 @@ TEST_CASE("packed attention: control, a wrong query offset changes the output", 
   for (auto& s : shifted) s.q_offset = std::max<int64_t>(0, s.q_offset - 1);
   const torch::Tensor wrong = packed_attention(q, k, v, shifted);
   CHECK((wrong - ref).abs().max().item<double>() > 1e-3);
+  const auto fused = [&](const std::vector<AttentionSegment>& s) {
+    return packed_attention(q, k, v, plan_packed_attention(s, c.q_rows, c.k_rows, 4, torch::kCPU, true));
+  };
+  CHECK((fused(c.segments) - ref).abs().max().item<double>() < 1e-12);
+  CHECK((fused(shifted) - ref).abs().max().item<double>() > 1e-3);
 }
 
 TEST_CASE("packed attention: segments that miss rows or leave K/V are refused", "[attention]") {
@@ -175,10 +234,12 @@ TEST_CASE("packed attention: responses sharing a prompt equal each response afte
   int64_t at = 0;
   for (int64_t len : lengths) alone.push_back({at, len, at, 0}), at += len;
   const torch::Tensor index = torch::tensor(rows, torch::kInt64);
-  for (const double ratio : {1.0, 0.0, kBucketSpanRatio}) {
-    INFO("span ratio " << ratio);
+  for (const auto& [ratio, fused] : {std::pair{1.0, false}, std::pair{0.0, false}, std::pair{kBucketSpanRatio, false},
+                                     std::pair{1.0, true}, std::pair{0.0, true}}) {
+    INFO("span ratio " << ratio << ", fused " << fused);
     for (auto* t : {&q, &k, &v}) const_cast<torch::Tensor*>(t)->mutable_grad() = torch::Tensor();
-    const torch::Tensor out = packed_attention(q, k, v, plan_packed_attention(shared, n, n, heads, torch::kCPU, ratio));
+    const torch::Tensor out =
+        packed_attention(q, k, v, plan_packed_attention(shared, n, n, heads, torch::kCPU, fused, ratio));
     const torch::Tensor ref = reference_attention(q.index_select(0, index), k.index_select(0, index),
                                                   v.index_select(0, index), alone);  // (N_unshared, H, D)
     std::vector<int64_t> pick_ref, pick_out;

@@ -265,6 +265,13 @@ void validate(const Config& c, int64_t world_size) {
                                            world_size - c.parallel.rollout_ranks);
   }
   validate_async(c);
+  const bool llama = c.tracks.ar.enabled && c.tracks.ar.model.arch == ArArch::kLlama;
+  require(llama || c.train.attention == AttentionImpl::kAuto, "train.attention",
+          "chooses the attention of the AR track's Llama-family decoder; with no such track (or arch unified, "
+          "which always fuses but in float64) leave it auto");
+  require(llama || c.train.recompute == Recompute::kNone, "train.recompute",
+          "recomputes the layers of the AR track's Llama-family decoder; with no such track (or arch unified) "
+          "set it to none");
   if (c.eval.enabled() && c.tracks.ar.enabled) {
     const ArDataConfig& d = c.eval.data;
     require(d.task != "jsonl" || d.path, "eval.data.path",

@@ -59,6 +59,11 @@ struct TrainConfig {
   // AR track: old / reference log-probs of each finished mini-batch's groups run on a second
   // thread while the sampler produces the next mini-batch's groups (same numbers as false).
   bool overlap = false;
+  // The AR track's Llama-family decoder: its attention kernel (auto: fused, but float64 runs the
+  // materialised reference) and activation recompute (layers: each decoder layer's activations
+  // are recomputed in the backward; a micro holds the layer inputs plus one layer's).
+  AttentionImpl attention = AttentionImpl::kAuto;
+  Recompute recompute = Recompute::kNone;
 };
 
 struct RewardConfig {

@@ -70,6 +70,8 @@ void visit(V& v, TrainConfig& c) {
   v.field("max_tokens_per_micro", c.max_tokens_per_micro, at_least(1));
   v.field("loss_agg_mode", c.loss_agg_mode);
   v.field("overlap", c.overlap);
+  v.field("attention", c.attention);
+  v.field("recompute", c.recompute);
 }
 
 template <class V>

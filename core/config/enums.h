@@ -29,6 +29,10 @@ enum class ArArch { kLlama, kUnified };
 enum class ImageArch { kDit, kShared };
 // A GRPO group's prompt computed once (rollout prefill and packed training micros) or per sample.
 enum class SharePrompt { kAuto, kOff };
+// The AR decoder's attention: fused kernels (all but float64), or forced fused / materialised.
+enum class AttentionImpl { kAuto, kFused, kMaterialised };
+// Activation recompute in the AR decoder's training backward: none, or every decoder layer.
+enum class Recompute { kNone, kLayers };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -57,6 +61,9 @@ TANDEM_ENUM_NAMES(OldLogp, 3, {OldLogp::kRecompute, "recompute"}, {OldLogp::kRol
 TANDEM_ENUM_NAMES(BatchLayout, 3, {BatchLayout::kAuto, "auto"}, {BatchLayout::kPacked, "packed"},
                   {BatchLayout::kPadded, "padded"})
 TANDEM_ENUM_NAMES(CfgGrad, 2, {CfgGrad::kFull, "full"}, {CfgGrad::kCondOnly, "cond_only"})
+TANDEM_ENUM_NAMES(AttentionImpl, 3, {AttentionImpl::kAuto, "auto"}, {AttentionImpl::kFused, "fused"},
+                  {AttentionImpl::kMaterialised, "materialised"})
+TANDEM_ENUM_NAMES(Recompute, 2, {Recompute::kNone, "none"}, {Recompute::kLayers, "layers"})
 TANDEM_ENUM_NAMES(RopeType, 3, {RopeType::kNone, "none"}, {RopeType::kLinear, "linear"}, {RopeType::kLlama3, "llama3"})
 TANDEM_ENUM_NAMES(ArArch, 2, {ArArch::kLlama, "llama"}, {ArArch::kUnified, "unified"})
 TANDEM_ENUM_NAMES(ImageArch, 2, {ImageArch::kDit, "dit"}, {ImageArch::kShared, "shared"})

@@ -29,6 +29,10 @@ BuiltTextPolicy build_llama(const Config& c, const parallel::ParallelContext& ct
     model = models::LlamaForCausalLM(llama_config(m), ctx, static_cast<uint64_t>(c.run.seed));
     model->to(dtype);
   }
+  model->set_execution(c.train.attention == AttentionImpl::kFused          ? models::AttentionKernel::kFused
+                       : c.train.attention == AttentionImpl::kMaterialised ? models::AttentionKernel::kMaterialised
+                                                                           : models::AttentionKernel::kAuto,
+                       c.train.recompute == Recompute::kLayers);
   model->to(device);
   return {std::make_unique<LlamaPolicy>(model), models::UnifiedModel{nullptr}};
 }

@@ -2,6 +2,8 @@
 // adaLN and output layers, N(0, 0.02) for the timestep MLP).
 #include "models/dit/dit_layers.h"
 
+#include "models/layers/fused_attention.h"
+
 #include <cmath>
 
 namespace tandem::models {
@@ -94,6 +96,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), n = x.size(1), d = x.size(2), hd = d / num_heads_;
   const torch::Tensor qkv_heads = qkv(x).view({b, n, 3, num_heads_, hd}).permute({2, 0, 3, 1, 4});  // (3, B, H, N, hd)
   const torch::Tensor q = qkv_heads[0], k = qkv_heads[1], v = qkv_heads[2];                         // (B, H, N, hd)
+  if (use_fused_attention(AttentionKernel::kAuto, x.scalar_type()))  // float64 keeps the reference below
+    return proj(fused_attention(q, k, v, false).transpose(1, 2).reshape({b, n, d}));  // (B, N, D)
   const torch::Tensor scores =
       torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, N, N)
   // bfloat16 / half softmax loses the small weights; normalise in float32 and come back.

@@ -12,6 +12,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "models/layers/fused_attention.h"
 #include "models/layers/rms_norm.h"
 
 namespace tandem::models {
@@ -116,7 +117,7 @@ std::vector<AttentionSegment> segments_with_prefixes(const torch::Tensor& cu_seq
 }
 
 PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
-                                          int64_t heads, torch::Device device, double span_ratio) {
+                                          int64_t heads, torch::Device device, bool fused, double span_ratio) {
   int64_t row = 0;
   for (const AttentionSegment& s : segments) {
     const bool split = s.k_own >= 0;  // prefix rows at k_begin, own rows at k_own
@@ -129,57 +130,95 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
   if (row != q_rows) throw std::invalid_argument("packed_attention: segments do not cover every query row");
   PackedAttentionPlan plan;
   plan.rows = q_rows;
-  const auto span = [&](size_t i) { return segments[i].q_offset + segments[i].length; };
-  std::vector<size_t> by_span(segments.size());
-  for (size_t i = 0; i < by_span.size(); ++i) by_span[i] = i;
-  std::stable_sort(by_span.begin(), by_span.end(), [&](size_t a, size_t b) { return span(a) > span(b); });
+  plan.fused = fused;
+  // Materialised buckets hold a segment's whole key span (prefix included) and mask it; fused
+  // ones hold its own rows only (the prefix is read in place), so they are sized by length.
+  const auto width = [&](size_t i) { return segments[i].length + (fused ? 0 : segments[i].q_offset); };
+  const auto own_row = [&](const AttentionSegment& s, int64_t pos) {  // K/V row of position q_offset + pos
+    return s.k_own >= 0 ? s.k_own + pos : s.k_begin + s.q_offset + pos;
+  };
+  // Segments that may share a bucket: all of them materialised; fused, those without a prefix,
+  // and those of each prefix (its K/V rows) apart.
+  std::vector<std::vector<size_t>> families;
+  if (!fused) {
+    families.emplace_back();
+    for (size_t i = 0; i < segments.size(); ++i) families[0].push_back(i);
+  } else {
+    std::vector<std::pair<int64_t, int64_t>> prefixes;  // (k_begin, q_offset), first appearance order
+    families.emplace_back();
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const AttentionSegment& s = segments[i];
+      if (s.q_offset == 0) {
+        families[0].push_back(i);
+        continue;
+      }
+      const auto key = std::make_pair(s.k_begin, s.q_offset);
+      const size_t f = static_cast<size_t>(std::find(prefixes.begin(), prefixes.end(), key) - prefixes.begin());
+      if (f == prefixes.size()) prefixes.push_back(key), families.emplace_back();
+      families[1 + f].push_back(i);
+    }
+  }
   std::vector<int64_t> order(static_cast<size_t>(q_rows));
   int64_t out_row = 0;  // rows of the bucket-concatenated output so far
-  for (size_t first = 0; first < by_span.size();) {
-    // Longest first: the bucket's widths are its first segment's.
-    const int64_t lk = span(by_span[first]);
-    int64_t lq = 0;
-    size_t end = first;
-    while (end < by_span.size() && span(by_span[end]) >= span_ratio * static_cast<double>(lk)) {
-      const int64_t next_lq = std::max(lq, segments[by_span[end]].length);
-      if (end > first && static_cast<int64_t>(end - first + 1) * heads * next_lq * lk > kBucketMaxScores) break;
-      lq = next_lq, ++end;
-    }
-    PackedAttentionPlan::Bucket bucket;
-    bucket.batch = static_cast<int64_t>(end - first), bucket.q_len = lq, bucket.k_len = lk;
-    std::vector<int64_t> q_index, k_index, real_rows, offsets, spans;
-    bool dense = true;  // every segment a whole sequence of length lq, consecutive in the rows
-    for (size_t j = first; j < end; ++j) {
-      const AttentionSegment& s = segments[by_span[j]];
-      const int64_t b = static_cast<int64_t>(j - first);
-      dense = dense && s.q_offset == 0 && s.k_own < 0 && s.k_begin == s.q_begin && s.length == lq &&
-              s.q_begin == segments[by_span[first]].q_begin + b * lq;
-      for (int64_t i = 0; i < lq; ++i) q_index.push_back(s.q_begin + std::min(i, s.length - 1));
-      for (int64_t i = 0; i < lk; ++i) {
-        const int64_t pos = std::min(i, span(by_span[j]) - 1);  // padding repeats the last real key
-        k_index.push_back(s.k_own >= 0 && pos >= s.q_offset ? s.k_own + (pos - s.q_offset) : s.k_begin + pos);
+  for (std::vector<size_t>& family : families) {
+    std::stable_sort(family.begin(), family.end(), [&](size_t a, size_t b) { return width(a) > width(b); });
+    for (size_t first = 0; first < family.size();) {
+      // Widest first: the bucket's widths are its first segment's.
+      const int64_t lk = width(family[first]);
+      int64_t lq = 0;
+      size_t end = first;
+      while (end < family.size() && width(family[end]) >= span_ratio * static_cast<double>(lk)) {
+        const int64_t next_lq = std::max(lq, segments[family[end]].length);
+        if (!fused && end > first && static_cast<int64_t>(end - first + 1) * heads * next_lq * lk > kBucketMaxScores)
+          break;
+        lq = next_lq, ++end;
       }
-      for (int64_t i = 0; i < s.length; ++i) {
-        real_rows.push_back(b * lq + i);
-        order[static_cast<size_t>(s.q_begin + i)] = out_row++;
+      PackedAttentionPlan::Bucket bucket;
+      bucket.batch = static_cast<int64_t>(end - first), bucket.q_len = lq, bucket.k_len = lk;
+      std::vector<int64_t> q_index, k_index, real_rows, offsets, spans;
+      bool dense = true;  // every segment a whole sequence of length lq, consecutive in the rows
+      const AttentionSegment& lead = segments[family[first]];
+      for (size_t j = first; j < end; ++j) {
+        const AttentionSegment& s = segments[family[j]];
+        const int64_t b = static_cast<int64_t>(j - first), span = s.q_offset + s.length;
+        dense = dense && s.q_offset == 0 && s.k_own < 0 && s.k_begin == s.q_begin && s.length == lq &&
+                s.q_begin == lead.q_begin + b * lq;
+        for (int64_t i = 0; i < lq; ++i) q_index.push_back(s.q_begin + std::min(i, s.length - 1));
+        for (int64_t i = 0; i < lk; ++i) {
+          if (fused) {  // own rows only; padding repeats the last real key
+            k_index.push_back(own_row(s, std::min(i, s.length - 1)));
+            continue;
+          }
+          const int64_t pos = std::min(i, span - 1);  // padding repeats the last real key
+          k_index.push_back(pos >= s.q_offset ? own_row(s, pos - s.q_offset) : s.k_begin + pos);
+        }
+        for (int64_t i = 0; i < s.length; ++i) {
+          real_rows.push_back(b * lq + i);
+          order[static_cast<size_t>(s.q_begin + i)] = out_row++;
+        }
+        offsets.push_back(s.q_offset), spans.push_back(span);
       }
-      offsets.push_back(s.q_offset), spans.push_back(span(by_span[j]));
+      const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
+      if (!fused) {
+        const torch::Tensor qi = torch::arange(lq, idx).view({1, lq, 1});  // query i of a row
+        const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
+        const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}),
+                            sp = index_tensor(spans, device).view({-1, 1, 1});
+        bucket.blocked = ((kj > qi + off) | (kj >= sp)).view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
+      } else if (lead.q_offset > 0) {
+        bucket.p_index = torch::arange(lead.k_begin, lead.k_begin + lead.q_offset, idx);  // (P)
+      }
+      if (dense && lk == lq) {
+        bucket.q_start = lead.q_begin;
+      } else {
+        bucket.q_index = index_tensor(q_index, device);
+        bucket.k_index = index_tensor(k_index, device);
+      }
+      if (static_cast<int64_t>(real_rows.size()) != bucket.batch * lq)
+        bucket.real_rows = index_tensor(real_rows, device);
+      plan.buckets.push_back(std::move(bucket));
+      first = end;
     }
-    const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
-    const torch::Tensor qi = torch::arange(lq, idx).view({1, lq, 1});  // query i of a row
-    const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
-    const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}),
-                        sp = index_tensor(spans, device).view({-1, 1, 1});
-    bucket.blocked = ((kj > qi + off) | (kj >= sp)).view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
-    if (dense && lk == lq) {
-      bucket.q_start = segments[by_span[first]].q_begin;
-    } else {
-      bucket.q_index = index_tensor(q_index, device);
-      bucket.k_index = index_tensor(k_index, device);
-    }
-    if (static_cast<int64_t>(real_rows.size()) != bucket.batch * lq) bucket.real_rows = index_tensor(real_rows, device);
-    plan.buckets.push_back(std::move(bucket));
-    first = end;
   }
   bool identity = true;
   for (int64_t r = 0; r < q_rows && identity; ++r) identity = order[static_cast<size_t>(r)] == r;
@@ -192,13 +231,17 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
   if (q.size(0) != plan.rows) throw std::invalid_argument("packed_attention: the plan is for another row count");
   if (plan.buckets.empty()) return torch::zeros_like(q);
   const int64_t heads = q.size(1), dim = q.size(2), kv_heads = k.size(1);
-  std::vector<torch::Tensor> q_index, k_index;  // of the gathered buckets, in bucket order
-  for (const auto& b : plan.buckets)
+  // The gathered buckets' rows, in bucket order; a fused prefix bucket adds its prefix rows to
+  // the K/V list after its own, so every gather is one autograd node per tensor.
+  std::vector<torch::Tensor> q_index, k_index;
+  for (const auto& b : plan.buckets) {
     if (b.q_start < 0) q_index.push_back(b.q_index), k_index.push_back(b.k_index);
+    if (b.p_index.defined()) k_index.push_back(b.p_index);
+  }
   const std::vector<torch::Tensor> q_parts = gather_rows(q, q_index), k_parts = gather_rows(k, k_index),
                                    v_parts = gather_rows(v, k_index);
   std::vector<torch::Tensor> parts;
-  size_t gathered = 0;
+  size_t gathered_q = 0, gathered_k = 0;
   for (const auto& b : plan.buckets) {
     torch::Tensor qb, kb, vb;  // (B, L_q, H, D), (B, L_k, H_kv, D)
     if (b.q_start >= 0) {
@@ -206,12 +249,26 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
       kb = k.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
       vb = v.narrow(0, b.q_start, b.batch * b.k_len).view({b.batch, b.k_len, kv_heads, dim});
     } else {
-      qb = q_parts[gathered].view({b.batch, b.q_len, heads, dim});
-      kb = k_parts[gathered].view({b.batch, b.k_len, kv_heads, dim});
-      vb = v_parts[gathered].view({b.batch, b.k_len, kv_heads, dim});
-      ++gathered;
+      qb = q_parts[gathered_q++].view({b.batch, b.q_len, heads, dim});
+      kb = k_parts[gathered_k].view({b.batch, b.k_len, kv_heads, dim});
+      vb = v_parts[gathered_k++].view({b.batch, b.k_len, kv_heads, dim});
     }
-    torch::Tensor out = batched_attention(qb, kb, vb, b.blocked).reshape({b.batch * b.q_len, heads, dim});
+    torch::Tensor out;  // (B, L_q, H, D)
+    if (!plan.fused) {
+      out = batched_attention(qb, kb, vb, b.blocked);
+    } else if (b.p_index.defined()) {
+      const int64_t p = b.p_index.size(0);
+      const auto prefix = [&](const torch::Tensor& rows) {  // (P, H_kv, D) -> (B, H_kv, P, D), stride-0 batch
+        return rows.view({1, p, kv_heads, dim}).transpose(1, 2).expand({b.batch, kv_heads, p, dim});
+      };
+      const torch::Tensor kp = prefix(k_parts[gathered_k]), vp = prefix(v_parts[gathered_k++]);
+      out =
+          fused_prefixed_attention(qb.transpose(1, 2), kp, vp, kb.transpose(1, 2), vb.transpose(1, 2)).transpose(1, 2);
+    } else {
+      // Padding sits at the end of each row: a real query i sees keys j <= i, all real.
+      out = fused_attention(qb.transpose(1, 2), kb.transpose(1, 2), vb.transpose(1, 2), true).transpose(1, 2);
+    }
+    out = out.reshape({b.batch * b.q_len, heads, dim});
     parts.push_back(b.real_rows.defined() ? out.index_select(0, b.real_rows) : out);
   }
   torch::Tensor out = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);  // (N, H, D), bucket order
@@ -220,12 +277,15 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const std::vector<AttentionSegment>& segments) {
-  return packed_attention(q, k, v, plan_packed_attention(segments, q.size(0), k.size(0), q.size(1), q.device()));
+  return packed_attention(q, k, v, plan_packed_attention(segments, q.size(0), k.size(0), q.size(1), q.device(), false));
 }
 
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid) {
+                               const torch::Tensor& key_valid, bool fused) {
   const int64_t b = q.size(0), t = q.size(1);
+  if (fused)  // causal plus the key mask: a real token sees no padding, whichever side it sits
+    return fused_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true, key_valid.view({b, 1, 1, t}))
+        .transpose(1, 2);
   const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
   const torch::Tensor causal = torch::ones({t, t}, bool_opts).tril();                      // (T, T)
   const torch::Tensor self = torch::eye(t, bool_opts);                                     // (T, T)

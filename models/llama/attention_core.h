@@ -2,7 +2,9 @@
 // over packed segments (never an (N, N) mask: segments of similar length are gathered into a few
 // batched buckets, so the op count does not grow with the number of sequences) and batched causal
 // with a key-padding mask for (B, T) batches; plus the one-query-per-sequence attention over a
-// KV cache for decoding. Softmax in float32 (float64 for float64).
+// KV cache for decoding. Softmax in float32 (float64 for float64). Packed and padded training
+// run either materialised (the (L_q, L_k) scores held: float64's reference) or fused
+// (models/layers/fused_attention.h: memory linear in the sequence).
 #pragma once
 
 #include <torch/torch.h>
@@ -46,18 +48,26 @@ struct PackedAttentionPlan {
     int64_t q_start = -1;                     // >= 0: q, k and v rows [q_start, q_start + B*L) are the bucket as is
     torch::Tensor q_index;                    // (B * L_q) int64 query rows; padding repeats a real row
     torch::Tensor k_index;                    // (B * L_k) int64 K/V rows; padding repeats a real row
-    torch::Tensor blocked;                    // (B, 1, 1, L_q, L_k) bool: causal, key padding
+    torch::Tensor blocked;                    // (B, 1, 1, L_q, L_k) bool: causal, key padding (materialised)
     torch::Tensor real_rows;                  // (n_b) int64 rows of the (B * L_q) output that are real; undefined: all
+    // Fused, a prefix bucket: every segment sees K/V rows p_index (P, contiguous, e.g. the group's
+    // prompt) in full, then its own K/V rows k_index causally (then L_k = L_q).
+    torch::Tensor p_index;  // (P) int64; undefined: no prefix, plain causal over k_index
   };
   std::vector<Bucket> buckets;
+  bool fused = false;   // buckets run on the fused kernels: padding sits at the end, no mask
   torch::Tensor order;  // (N) int64: bucket-concatenated row of each query row; undefined: identity
   int64_t rows = 0;     // N, the query rows the segments cover
 };
 
 // segments cover q_rows query rows in order and lie within k_rows K/V rows (std::invalid_argument
-// otherwise); heads sizes the score cap; span_ratio = 1 buckets only equal spans.
+// otherwise); heads sizes the score cap; span_ratio = 1 buckets only equal spans. Fused: segments
+// without a prefix are bucketed by length (no score cap: nothing quadratic is held); those with one
+// (q_offset > 0: a shared prompt's responses, a cp shard past its sequence's start) by the prefix
+// rows they read, so one group's responses share one call that reads the prompt's keys once.
 PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
-                                          int64_t heads, torch::Device device, double span_ratio = kBucketSpanRatio);
+                                          int64_t heads, torch::Device device, bool fused = false,
+                                          double span_ratio = kBucketSpanRatio);
 
 // q (N, H, D); k, v (N_kv, H_kv, D). Returns (N, H, D).
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -67,9 +77,10 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                const std::vector<AttentionSegment>& segments);
 
 // q (B, T, H, D); k, v (B, T, H_kv, D); key_valid (B, T) bool. Returns (B, T, H, D); rows of
-// padding attend at least to themselves so nothing is NaN.
+// padding attend at least to themselves so nothing is NaN (fused: a padding row that sees no
+// valid key gets zeros).
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid);
+                               const torch::Tensor& key_valid, bool fused = false);
 
 // Decoding: one query per sequence against that sequence's cached keys. q (n, H, D); k, v
 // (n, H_kv, S, D) (strided views of a KvCache are fine); key_valid (n, S) bool marks each

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "models/layers/attention_kernel.h"
+
 namespace tandem::models {
 
 // HF's rope_scaling: none (plain RoPE), linear (every frequency / factor) or llama3 (Llama 3.1's
@@ -42,6 +44,11 @@ struct LlamaConfig {
   double initializer_range = 0.02;  // std of the random init (HF's initializer_range)
   int64_t explicit_head_dim = 0;    // HF's head_dim when config.json gives one; 0: hidden_size / num_heads
   RopeScaling rope_scaling;
+  // How the model runs, not what it is (never in config.json): the attention kernel, and whether
+  // the training forward keeps each decoder layer's activations or recomputes them in the
+  // backward (activation checkpointing: a micro then holds the layer inputs plus one layer's).
+  AttentionKernel attention = AttentionKernel::kAuto;
+  bool recompute_layers = false;
 
   int64_t head_dim() const {
     if (explicit_head_dim > 0) return explicit_head_dim;

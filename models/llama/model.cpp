@@ -6,22 +6,93 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "models/layers/fused_attention.h"
 #include "models/llama/weights.h"
 
 namespace tandem::models {
+
+namespace {
+
+// What a recomputed layer needs in the backward, when the forward's layout (a local of the
+// caller) is gone: a copy of it with the cp shard it points to, shared by every layer.
+struct ReplayLayout {
+  AttentionLayout layout;
+  parallel::CpShard shard;
+};
+struct LayerReplay : torch::CustomClassHolder {
+  std::shared_ptr<const ReplayLayout> run;
+  LlamaDecoderLayerImpl* layer = nullptr;  // owned by the model, which outlives its backward
+};
+
+// A decoder layer whose activations are not kept: the forward runs without a graph (custom
+// functions run their forward in no-grad mode), keeping only the layer's input; the backward runs
+// the layer again with a graph and differentiates it. Parameters are inputs, so their gradients
+// reach the engine's AccumulateGrad exactly as without recompute.
+struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                at::TensorList params, const c10::intrusive_ptr<LayerReplay>& replay) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
+    ctx->saved_data["params"] = static_cast<int64_t>(params.size());
+    return {replay->layer->forward(x, replay->run->layout)};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto replay = c10::static_intrusive_pointer_cast<LayerReplay>(ctx->saved_data["replay"].toCapsule());
+    const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::autograd::variable_list inputs{x};
+    for (const auto& p : replay->layer->parameters())
+      if (p.requires_grad()) inputs.push_back(p);
+    TORCH_CHECK(static_cast<int64_t>(inputs.size()) == ctx->saved_data["params"].toInt() + 1,
+                "recompute: the layer's trainable parameters changed between forward and backward");
+    torch::Tensor out;
+    {
+      torch::AutoGradMode grad(true);
+      out = replay->layer->forward(x, replay->run->layout);  // (N, hidden), the same arithmetic as the forward
+    }
+    torch::autograd::variable_list g =
+        torch::autograd::grad({out}, inputs, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                              /*allow_unused=*/true);
+    g.emplace_back();  // the replay is no tensor
+    return g;
+  }
+};
+
+}  // namespace
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx) {
   embed_tokens = register_module("embed_tokens", parallel::VocabParallelEmbedding(c.vocab_size, c.hidden_size, ctx));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaDecoderLayer(c, ctx));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_eps));
+  recompute_ = c.recompute_layers;
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionLayout& layout) {
   torch::Tensor h = embed_tokens(ids);  // (N, hidden)
+  // Recompute only where there is a backward to save memory for: a graph is being built and
+  // no cache is written (the replay would write it twice).
+  const bool recompute = recompute_ && torch::GradMode::is_enabled() && layout.cache == nullptr;
+  std::shared_ptr<ReplayLayout> run;
+  if (recompute) {
+    run = std::make_shared<ReplayLayout>();
+    run->layout = layout;
+    if (layout.cp_shard != nullptr) run->shard = *layout.cp_shard, run->layout.cp_shard = &run->shard;
+  }
   for (size_t i = 0; i < layers->size(); ++i) {
+    auto* layer = layers[i]->as<LlamaDecoderLayerImpl>();
+    if (recompute) {
+      auto replay = c10::make_intrusive<LayerReplay>();
+      replay->run = run;
+      replay->layer = layer;
+      std::vector<torch::Tensor> params;
+      for (const auto& p : layer->parameters())
+        if (p.requires_grad()) params.push_back(p);
+      h = RecomputedLayer::apply(h, at::TensorList(params), replay)[0];
+      continue;
+    }
     LayerKv* kv = layout.cache != nullptr ? &layout.cache->layer(static_cast<int64_t>(i)) : nullptr;
-    h = layers[i]->as<LlamaDecoderLayerImpl>()->forward(h, layout, kv);
+    h = layer->forward(h, layout, kv);
   }
   return norm(h);
 }
@@ -37,6 +108,12 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
     lm_head = register_module("lm_head",
                               parallel::ColumnParallelLinear(config_.hidden_size, config_.vocab_size, false, ctx_));
   if (init_seed) initialize_weights(*this, *init_seed);
+}
+
+void LlamaForCausalLMImpl::set_execution(AttentionKernel attention, bool recompute_layers) {
+  config_.attention = attention;
+  config_.recompute_layers = recompute_layers;
+  model->set_recompute(recompute_layers);
 }
 
 torch::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
@@ -69,6 +146,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
                                               : segments_from_cu_seqlens(in.cu_seqlens);
   }
   const int64_t local_heads = config_.num_heads / ctx_.tp_size;
+  layout->fused = use_fused_attention(config_.attention, w.scalar_type());
   plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
   layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(ids, *layout);  // (n_local, hidden)
@@ -80,7 +158,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   AttentionLayout layout;
   layout.batch = in.input_ids.size(0);
   layout.width = in.input_ids.size(1);
-  layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
+  layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);  // (B, T)
+  layout.fused = use_fused_attention(config_.attention, w.scalar_type());
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
@@ -171,6 +250,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache_slots = slots;
     layout.cache_prefixes = into_prefixes;
   }
+  layout.fused = use_fused_attention(config_.attention, w.scalar_type());
   plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)

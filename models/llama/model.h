@@ -26,12 +26,16 @@ using parallel::TokenLogProbs;
 class LlamaModelImpl : public torch::nn::Module {
  public:
   LlamaModelImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx);
+  void set_recompute(bool layers) { recompute_ = layers; }
   // (N) -> (N, hidden); with layout.cache every layer reads / writes its layer of the cache.
   torch::Tensor forward(const torch::Tensor& ids, const AttentionLayout& layout);
 
   parallel::VocabParallelEmbedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
+
+ private:
+  bool recompute_ = false;  // config.recompute_layers
 };
 TORCH_MODULE(LlamaModel);
 
@@ -78,6 +82,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   torch::Tensor lm_head_weight() const;
   int64_t vocab_begin() const { return model->embed_tokens->vocab_range.begin; }
   const LlamaConfig& config() const { return config_; }
+  // The execution options of the config (attention kernel, layer recompute), for a model built
+  // from a directory whose config.json cannot carry them.
+  void set_execution(AttentionKernel attention, bool recompute_layers);
   const parallel::ParallelContext& parallel_context() const { return ctx_; }
 
   LlamaModel model{nullptr};

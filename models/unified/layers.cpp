@@ -2,6 +2,8 @@
 // gradients (the mask tests rely on exact zeros, not small numbers).
 #include "models/unified/layers.h"
 
+#include "models/layers/fused_attention.h"
+
 #include <cmath>
 #include <limits>
 
@@ -34,6 +36,8 @@ torch::Tensor UnifiedAttentionImpl::forward(const torch::Tensor& x, const Rotary
   const torch::Tensor q = batched(apply_rotary(heads(q_proj(x)), rotary));  // (B, H, T, d)
   const torch::Tensor k = batched(apply_rotary(heads(k_proj(x)), rotary));  // (B, H, T, d)
   const torch::Tensor v = batched(heads(v_proj(x)));                        // (B, H, T, d)
+  if (use_fused_attention(AttentionKernel::kAuto, x.scalar_type()))         // float64 keeps the reference below
+    return o_proj(fused_attention(q, k, v, false, allowed).transpose(1, 2).reshape({b, t, h * d}));  // (B, T, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const torch::Tensor scores =  // (B, H, T, T), in the compute dtype
       torch::matmul(q, k.transpose(2, 3)).mul(scale).to(compute_dtype(x.scalar_type()));

@@ -122,6 +122,39 @@ TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-
   check_equal(run(model, b, true), run(single, b, true), single->config(), solo);
 }
 
+TEST_CASE("tp and cp on the fused attention kernels, with layer recompute, equal one rank (float64 1e-10)",
+          "[mpi][llama][fused]") {
+  // The flash kernels run float64, so the same tolerance holds: cp shards past their sequence's
+  // start take the prefixed form (prefix keys from the other ranks, own keys causal), and every
+  // layer is replayed in the backward, its cp gather and tp reductions included.
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
+  for (const bool recompute : {false, true}) {
+    auto make = [&](const parallel::ParallelContext& ctx) {
+      models::LlamaForCausalLM m(wide_config(), ctx, 3);
+      m->to(torch::kFloat64);
+      m->set_execution(models::AttentionKernel::kFused, recompute);
+      return m;
+    };
+    models::LlamaForCausalLM single = make({});
+    single->set_execution(models::AttentionKernel::kMaterialised, false);  // the reference
+    // Padding rows' logits are no one's: the materialised kernel lets a padding row see itself,
+    // the fused one the real keys before it. Compared at real tokens only.
+    const auto real_logits = [&](Outcome o) {
+      o.logits = o.logits * b.padded.attention_mask.unsqueeze(-1).to(o.logits.dtype());
+      return o;
+    };
+    const Outcome ref_packed = run(single, b, true), ref_padded = real_logits(run(single, b, false));
+    for (const Layout l : kLayouts) {
+      if (!fits(l)) continue;
+      INFO("recompute " << recompute << " tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
+      Groups g(l);
+      models::LlamaForCausalLM model = make(g.ctx);
+      check_equal(run(model, b, true), ref_packed, single->config(), g);
+      if (l.cp == 1) check_equal(real_logits(run(model, b, false)), ref_padded, single->config(), g);
+    }
+  }
+}
+
 TEST_CASE("the loss fused into the lm head: one rank, tp and cp equal autograd through the log-probs (float64 1e-10)",
           "[mpi][llama]") {
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));

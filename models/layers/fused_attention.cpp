@@ -1,0 +1,122 @@
+// The prefixed form runs the kernel twice, once over the prefix (no mask) and once over the own
+// keys (causal), and merges the two by their log-sum-exps: out = sum_i exp(lse_i - lse) out_i
+// with lse = logaddexp(lse_1, lse_2). Its backward hands each kernel's backward the merged output
+// and log-sum-exp, which makes each part's gradient the gradient of the one softmax over both
+// spans (the probabilities it rebuilds are exp(s - lse), the row term is dO . out), so no score
+// matrix is ever held and nothing is approximated. On CUDA the prefixed form concatenates the two
+// spans and passes a bottom-right mask instead (LibTorch's CUDA kernels are reached only through
+// scaled_dot_product_attention here, which returns no log-sum-exp); that mask is (L, P + L) bool.
+#include "models/layers/fused_attention.h"
+
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+
+#include <limits>
+#include <stdexcept>
+
+namespace tandem::models {
+
+namespace {
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.sizes() != v.sizes() || q.size(0) != k.size(0) ||
+      q.size(3) != k.size(3) || k.size(1) < 1 || q.size(1) % k.size(1) != 0)
+    throw std::invalid_argument(std::string(what) + ": needs q (B, H, L_q, D) and k, v (B, H_kv, L_k, D), H_kv | H");
+}
+
+// 0 where allowed, -inf elsewhere, in q's dtype (the CPU kernel adds the mask to the scores).
+torch::Tensor additive_mask(const torch::Tensor& allowed, const torch::Tensor& q) {
+  return torch::zeros(allowed.sizes(), q.options())
+      .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+struct PrefixedAttention : torch::autograd::Function<PrefixedAttention> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                                                const torch::Tensor& kp, const torch::Tensor& vp,
+                                                const torch::Tensor& ko, const torch::Tensor& vo) {
+    const auto [o1, l1] = at::_scaled_dot_product_flash_attention_for_cpu(q, kp, vp, 0.0, false);  // l: (B, H, L)
+    const auto [o2, l2] = at::_scaled_dot_product_flash_attention_for_cpu(q, ko, vo, 0.0, true);
+    const torch::Tensor lse = torch::logaddexp(l1, l2);  // (B, H, L), float32 (float64 for float64)
+    const torch::ScalarType ct = lse.scalar_type();
+    const torch::Tensor out =  // (B, H, L, D)
+        (o1.to(ct) * (l1 - lse).exp_().unsqueeze(-1) + o2.to(ct) * (l2 - lse).exp_().unsqueeze(-1)).to(q.scalar_type());
+    ctx->save_for_backward({q, kp, vp, ko, vo, out, lse});
+    return {out};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const torch::Tensor &q = s[0], &kp = s[1], &vp = s[2], &ko = s[3], &vo = s[4], &out = s[5], &lse = s[6];
+    const torch::Tensor g = grads[0];
+    auto [dq1, dkp, dvp] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, kp, vp, out, lse, 0.0, false);
+    auto [dq2, dko, dvo] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, ko, vo, out, lse, 0.0, true);
+    return {dq1.add_(dq2), dkp, dvp, dko, dvo};
+  }
+};
+
+}  // namespace
+
+bool use_fused_attention(AttentionKernel choice, torch::ScalarType dtype) {
+  switch (choice) {
+    case AttentionKernel::kFused:
+      return true;
+    case AttentionKernel::kMaterialised:
+      return false;
+    case AttentionKernel::kAuto:
+      break;
+  }
+  return dtype != torch::kFloat64;
+}
+
+std::optional<AttentionKernel> parse_attention_kernel(const std::string& name) {
+  if (name == "auto") return AttentionKernel::kAuto;
+  if (name == "fused") return AttentionKernel::kFused;
+  if (name == "materialised") return AttentionKernel::kMaterialised;
+  return std::nullopt;
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kFused:
+      return "fused";
+    case AttentionKernel::kMaterialised:
+      return "materialised";
+    case AttentionKernel::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                              const torch::Tensor& allowed) {
+  check_shapes(q, k, v, "fused_attention");
+  if (q.is_cuda()) {
+    std::optional<torch::Tensor> mask;
+    if (allowed.defined()) mask = allowed;
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true);
+  }
+  std::optional<torch::Tensor> mask;
+  if (allowed.defined()) mask = additive_mask(allowed, q);
+  return std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, mask));
+}
+
+torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tensor& kp, const torch::Tensor& vp,
+                                       const torch::Tensor& ko, const torch::Tensor& vo) {
+  check_shapes(q, kp, vp, "fused_prefixed_attention");
+  check_shapes(q, ko, vo, "fused_prefixed_attention");
+  const int64_t l = q.size(2), p = kp.size(2);
+  if (ko.size(2) != l || p < 1)
+    throw std::invalid_argument(
+        "fused_prefixed_attention: own keys must match the queries and the prefix be non-empty");
+  if (q.is_cuda()) {
+    const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
+    const torch::Tensor allowed =  // (L, P + L): query i sees the prefix and own keys j <= i
+        torch::arange(p + l, bool_opts.dtype(torch::kInt64)).unsqueeze(0) <=
+        torch::arange(l, bool_opts.dtype(torch::kInt64)).unsqueeze(1) + p;
+    return at::scaled_dot_product_attention(q, torch::cat({kp, ko}, 2), torch::cat({vp, vo}, 2), allowed, 0.0, false,
+                                            std::nullopt, /*enable_gqa=*/true);
+  }
+  return PrefixedAttention::apply(q, kp, vp, ko, vo)[0];
+}
+
+}  // namespace tandem::models

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Long responses ([19]): one GRPO training step on one packed sequence of L tokens (its first half
+# its prompt), L = 2K..32K, on THREADS intra-op threads (default 2) of one process, the mid model
+# (hidden 512, 4 layers, 8 heads, 4 kv heads, vocab 32000, float32), `--max-tokens-per-micro L`:
+#   materialised: the (L, L) scores held (the float64 reference path), up to MATERIALISED_MAX
+#                 tokens (default 4096; 8192 needs more than 24 GiB)
+#   fused:        LibTorch's flash attention kernel, recompute none and layers
+# One JSON line per run (peak_rss_gib is the process's peak resident memory), then a table.
+# Then the short-sequence check: the mid workload of scripts/bench/train.sh (64 sequences of
+# 32..512 tokens) and 16 sequences of 1024..2048, materialised and fused alternating (ABAB) in
+# separate processes, with the paired tokens/s ratios. ~35 min on 2 cores (32K: ~20 min).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
+tandem=${TANDEM:-build/tandem}
+threads=${THREADS:-2}
+lengths=${LENGTHS-2048 4096 8192 16384 32768}  # LENGTHS="": the short-sequence check only
+materialised_max=${MATERIALISED_MAX:-4096}
+dir=build/bench
+mkdir -p "$dir"
+model=(--hidden 512 --layers 4 --heads 8 --kv-heads 4 --vocab 32000 --threads "$threads")
+out="$dir/long.jsonl"
+: >"$out"
+for len in $lengths; do
+  echo "$len" >"$dir/long_$len.txt"
+  steps=(--steps 2 --warmup 1)
+  [ "$len" -gt 8192 ] && steps=(--steps 1 --warmup 0)  # a 32K step takes minutes
+  for variant in "materialised none" "fused none" "fused layers"; do
+    read -r attention recompute <<<"$variant"
+    [ "$attention" = materialised ] && [ "$len" -gt "$materialised_max" ] && continue
+    line=$("$tandem" bench train --lengths "$dir/long_$len.txt" "${model[@]}" --max-tokens-per-micro "$len" \
+      --attention "$attention" --recompute "$recompute" "${steps[@]}")
+    echo "L=$len $attention $recompute: $line"
+    echo "{\"L\": $len, \"run\": $line}" >>"$out"
+  done
+done
+"$TANDEM_PYTHON" - "$out" <<'EOF'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print("| L | attention | recompute | peak RSS (GiB) | tokens/s | step (s) | MFU |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    x = r["run"]
+    print(f"| {r['L']:,} | {x['attention']} | {x['recompute']} | {x['peak_rss_gib']:.2f} | "
+          f"{x['tokens_per_s']:.0f} | {x['step_s']:.1f} | {x['mfu']:.2f} |")
+EOF
+# Short sequences: fused against materialised, paired round by round.
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/mid.txt" 64 --uniform 32 512 >/dev/null
+"$TANDEM_PYTHON" scripts/bench/make_lengths.py "$dir/mid2k.txt" 16 --uniform 1024 2048 >/dev/null
+for workload in mid mid2k; do
+  for round in 1 2; do
+    m=$("$tandem" bench train --lengths "$dir/$workload.txt" "${model[@]}" --attention materialised --steps 2 --warmup 1)
+    f=$("$tandem" bench train --lengths "$dir/$workload.txt" "${model[@]}" --attention fused --steps 2 --warmup 1)
+    ratio=$("$TANDEM_PYTHON" -c 'import json, sys
+m, f = (json.loads(a) for a in sys.argv[1:])
+print("%.3f (materialised %.0f, fused %.0f tok/s; peak RSS %.2f vs %.2f GiB)" % (f["tokens_per_s"] / m["tokens_per_s"],
+      m["tokens_per_s"], f["tokens_per_s"], m["peak_rss_gib"], f["peak_rss_gib"]))' "$m" "$f")
+    echo "$workload round $round: fused / materialised tokens/s = $ratio"
+  done
+done
