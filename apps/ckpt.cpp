@@ -52,11 +52,23 @@ int run_ckpt_info(const std::string& path) {
   if (!in) throw UserError(dir + ": no trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
   if (state.is_discarded()) throw UserError(dir + "/trainer_state.json: not valid JSON");
+  // Every field this command reads is type-checked here, naming the file: a checkpoint without a
+  // manifest (written by an older build) has nothing else that would catch a damaged field first.
+  const auto wrong = [&](const std::string& field, const std::string& want) {
+    throw UserError(dir + "/trainer_state.json: " + field + " must be " + want + ", got " +
+                    (state.contains(field) ? std::string(state.at(field).type_name()) : "nothing") +
+                    "; the checkpoint is damaged: use an older one or start the run again");
+  };
+  if (!state.is_object()) throw UserError(dir + "/trainer_state.json: not a JSON object");
+  if (!state.contains("completed_steps") || !state.at("completed_steps").is_number_integer())
+    wrong("completed_steps", "an integer");
+  if (state.contains("tracks") && !state.at("tracks").is_object()) wrong("tracks", "an object");
+  if (state.contains("libtorch") && !state.at("libtorch").is_string()) wrong("libtorch", "a string");
   const Config config = load_saved_config(dir + "/recipe.yaml");
   std::cout << "checkpoint: " << dir << "\n";
   std::cout << "integrity: " << (check.status == Integrity::Status::kIntact ? "ok, " : "unverified, ") << check.detail
             << "\n";
-  std::cout << "completed steps: " << state.value("completed_steps", -1) << " of " << config.run.steps << "\n";
+  std::cout << "completed steps: " << state.at("completed_steps").get<int64_t>() << " of " << config.run.steps << "\n";
   std::cout << "run: " << config.run.name << "  seed " << config.run.seed << "  dtype " << to_string(config.run.dtype)
             << "\n";
   if (config.tracks.ar.enabled) {
@@ -69,7 +81,8 @@ int run_ckpt_info(const std::string& path) {
               << "  context " << m.max_seq_len << "\n  rope_theta " << m.rope_theta << "  rope_scaling "
               << to_string(m.rope_scaling.type) << "  rms_eps " << m.rms_eps << "  tied "
               << (m.tie_embeddings ? "yes" : "no") << "  qkv_bias " << (m.qkv_bias ? "yes" : "no") << "  qk_norm "
-              << (m.qk_norm ? "yes" : "no") << "\n";
+              << (m.qk_norm ? "yes" : "no") << "  sliding_window "
+              << (m.sliding_window ? std::to_string(*m.sliding_window) : std::string("none")) << "\n";
   }
   if (state.contains("tracks"))
     for (const auto& [track, s] : state["tracks"].items()) std::cout << "track " << track << ": " << s.dump() << "\n";

@@ -148,6 +148,7 @@ int run_generate(const GenerateArgs& a) {
   const int64_t model_vocab = p.vocab_size;
   if (!a.chat_template.empty()) p.format.chat_template = a.chat_template, p.format.origin = "--chat-template";
   if (a.chat_template == "none") p.format.system_prompt.reset();  // raw prompts: the recipe's system turn goes too
+  if (a.chat_template == "none") p.format.template_kwargs.clear();
   if (a.system_prompt) p.format.system_prompt = a.system_prompt;
   const PromptFormat format(p.format, tok);
   models::SamplingParams sp;
@@ -162,7 +163,7 @@ int run_generate(const GenerateArgs& a) {
   std::vector<std::vector<int64_t>> prompt_ids;
   for (size_t i = 0; i < a.prompts.size(); ++i) {
     const std::vector<int64_t> ids = format.encode(a.prompts[i]);
-    if (static_cast<int64_t>(ids.size()) + sp.max_new_tokens > p.policy->max_seq_len())
+    if (sp.max_new_tokens > p.policy->max_seq_len() - static_cast<int64_t>(ids.size()))  // no overflow
       throw UserError("--prompt '" + a.prompts[i].substr(0, 40) + "': " + std::to_string(ids.size()) +
                       " prompt tokens + " + std::to_string(sp.max_new_tokens) +
                       " new tokens exceed the model's context of " + std::to_string(p.policy->max_seq_len()) +

@@ -129,7 +129,9 @@ int main(int argc, char** argv) {
   gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::PositiveNumber);
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)")
       ->check(kFinite);
-  gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's");
+  // The same range as tracks.ar.rollout.max_new_tokens' largest useful value (a context length).
+  gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--chat-template", gen_args.chat_template,
                   "auto (the tokenizer's tokenizer_config.json), none (raw prompt text) or a Jinja file (default: the "

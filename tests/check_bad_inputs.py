@@ -180,6 +180,8 @@ expect("a data file that is a FIFO", ["check-config", "--set", "tracks.ar.data.t
 (work / "a_file").write_text("x")
 expect("run.out_dir under a regular file", train_args("--set", f"run.out_dir={work / 'a_file' / 'runs'}"),
        "is not a directory")
+expect("run.out_dir that cannot be created (under /proc)", train_args("--set", "run.out_dir=/proc/tandem_runs"),
+       "/proc/tandem_runs")
 expect("a run name longer than a file name may be", train_args("--set", "run.name=" + "n" * 300),
        "a file name may have at most 255")
 expect("a replay_dir that does not exist", train_args("--set", f"tracks.ar.rollout.replay_dir={work / 'none'}",
@@ -235,6 +237,14 @@ else:
 
     resume(damaged("weights", cut), "model.safetensors", "truncated checkpoint weights")
     expect("ckpt info on a manifest-less damaged checkpoint", ["ckpt", "info", runs / "weights"], "model.safetensors")
+    # A field of the wrong JSON type, read by ckpt info (no manifest to catch it first): the file is named.
+    for field, value in [("completed_steps", '"two"'), ("tracks", "[]"), ("libtorch", "7")]:
+        def wrong_type(ck, field=field, value=value):
+            state = json.loads((ck / "trainer_state.json").read_text())
+            state[field] = json.loads(value)
+            (ck / "trainer_state.json").write_text(json.dumps(state))
+        expect(f"ckpt info: trainer_state.json {field} of the wrong type",
+               ["ckpt", "info", damaged(f"info_{field}", wrong_type)], "trainer_state.json")
 
     dumps = runs / "src" / "rollouts"
     for name, edit, needle in [
@@ -302,6 +312,16 @@ expect("generate --temperature nan", ["generate", "--model", fixture, "--tokeniz
 expect("bench rollout --tail-sigma inf", ["bench", "rollout", "--tail-sigma", "inf"], "must be a finite number")
 expect("generate --max-new-tokens past the context", ["generate", "--model", fixture, "--tokenizer", tok, "--prompt",
                                                       "x", "--max-new-tokens", "100000"], "exceed the model's context")
+expect("generate --max-new-tokens with 20 digits", ["generate", "--model", fixture, "--tokenizer", tok, "--prompt", "x",
+                                                   "--max-new-tokens", "99999999999999999999"], "--max-new-tokens")
+expect("generate --max-new-tokens 2^63-1", ["generate", "--model", fixture, "--tokenizer", tok, "--prompt", "x",
+                                           "--max-new-tokens", "9223372036854775807"], "--max-new-tokens")
+# A document of nested aliases that expands to 10^20 nodes (the "billion laughs") is refused, not walked.
+laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + \
+    [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 20)]
+(work / "laughs.yaml").write_text("\n".join(laughs) + "\n")
+expect("a recipe of nested YAML aliases", ["check-config", "--config", work / "laughs.yaml"],
+       "expands to more than 100000 YAML nodes", timeout=20)
 
 shutil.rmtree(work, ignore_errors=True)
 print(f"{count - len(failures)} of {count} malformed inputs handled")

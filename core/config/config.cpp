@@ -289,11 +289,20 @@ namespace {
 
 std::string line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? std::to_string(n.Mark().line + 1) : "?"; }
 
+// A recipe is a few hundred nodes; YAML aliases can make a short document expand to billions (the
+// "billion laughs"), which every later walk would follow. Counted as expanded, with this cap.
+constexpr size_t kMaxRecipeNodes = 100000;
+
 // YAML lets a key repeat (the parser keeps the last) and lets a key be a list or a mapping; in a
 // recipe both are mistakes (a section pasted twice, a stray '?'), so they are refused with lines.
-void check_keys(const YAML::Node& node, const std::string& source, const std::string& path) {
+// `visited` counts the nodes seen so far, aliases expanded.
+void check_keys(const YAML::Node& node, const std::string& source, const std::string& path, size_t& visited) {
+  if (++visited > kMaxRecipeNodes)
+    throw UserError(source + ": the document expands to more than " + std::to_string(kMaxRecipeNodes) +
+                    " YAML nodes (aliases such as *name repeat what they point to); a recipe is a few hundred "
+                    "keys: write it out without nested aliases");
   if (node.IsSequence()) {
-    for (size_t i = 0; i < node.size(); ++i) check_keys(node[i], source, path + "[" + std::to_string(i) + "]");
+    for (size_t i = 0; i < node.size(); ++i) check_keys(node[i], source, path + "[" + std::to_string(i) + "]", visited);
     return;
   }
   if (!node.IsMap()) return;
@@ -308,8 +317,13 @@ void check_keys(const YAML::Node& node, const std::string& source, const std::st
     if (!fresh)
       throw UserError(source + ":" + line_of(kv.first) + ": " + at + " is given twice (first at line " + it->second +
                       "); remove one of them");
-    check_keys(kv.second, source, at);
+    check_keys(kv.second, source, at, visited);
   }
+}
+
+void check_keys(const YAML::Node& node, const std::string& source, const std::string& path) {
+  size_t visited = 0;
+  check_keys(node, source, path, visited);
 }
 
 YAML::Node parse_recipe(const std::string& yaml_text, const std::string& source_name) {

@@ -119,8 +119,18 @@ struct Trainer::Impl {
         throw UserError("run directory " + run_dir +
                         " already holds checkpoints; pass --resume auto to continue it "
                         "or set run.name to start a new run");
-      fs::create_directories(run_dir);
-      std::ofstream(run_dir + "/recipe.yaml") << to_yaml(config);
+      // The file system has the last word (/proc, a read-only mount, a quota): named, not internal.
+      std::error_code ec;
+      fs::create_directories(run_dir, ec);
+      if (ec || !fs::is_directory(run_dir))
+        throw UserError("run.out_dir: cannot create the run directory " + run_dir + ": " +
+                        (ec ? ec.message() : std::string("not a directory")) +
+                        "; set run.out_dir to a directory you can write");
+      std::ofstream recipe(run_dir + "/recipe.yaml");
+      recipe << to_yaml(config);
+      if (!recipe.flush())
+        throw UserError("run.out_dir: cannot write " + run_dir +
+                        "/recipe.yaml; set run.out_dir to a directory you can write");
     }
     comms.world->barrier();
   }
