@@ -16,8 +16,9 @@ using namespace tandem::models;
 namespace {
 
 // One segment at a time: q (L, H, D) attends to k / v (S, H_kv, D) causally at offset o.
+// window > 0: key position j is also hidden from query position i when j <= i - window (HF's rule).
 torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  const std::vector<AttentionSegment>& segments) {
+                                  const std::vector<AttentionSegment>& segments, int64_t window = 0) {
   const int64_t heads = q.size(1), group = heads / k.size(1);
   std::vector<torch::Tensor> parts;
   for (const auto& s : segments) {
@@ -27,7 +28,8 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
     const torch::Tensor vs = v.narrow(0, s.k_begin, span).repeat_interleave(group, 1).transpose(0, 1);  // (H, S, D)
     torch::Tensor scores = torch::matmul(qs, ks.transpose(1, 2)) / std::sqrt(static_cast<double>(q.size(2)));
     const torch::Tensor i = torch::arange(s.length).unsqueeze(1) + s.q_offset, j = torch::arange(span).unsqueeze(0);
-    scores = scores.masked_fill(j > i, -std::numeric_limits<double>::infinity());    // (H, L, S)
+    scores = scores.masked_fill(j > i, -std::numeric_limits<double>::infinity());  // (H, L, S)
+    if (window > 0) scores = scores.masked_fill(j <= i - window, -std::numeric_limits<double>::infinity());
     parts.push_back(torch::matmul(torch::softmax(scores, -1), vs).transpose(0, 1));  // (L, H, D)
   }
   return torch::cat(parts, 0);
@@ -266,4 +268,54 @@ TEST_CASE("packed attention: responses sharing a prompt equal each response afte
   CHECK((bad.narrow(0, 9, 1) - good.narrow(0, 9, 1)).abs().max().item<double>() > 1e-3);
   // A prefix that itself has a prefix is refused.
   CHECK_THROWS_AS(segments_with_prefixes(cu, torch::tensor({-1, 0, 1, 0, -1}, torch::kInt64)), std::invalid_argument);
+}
+
+TEST_CASE("a sliding window: packed (whole and cp-style segments) and padded equal the written-out rule",
+          "[attention]") {
+  std::mt19937 rng(11);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t heads = 4, kv_heads = 2, dim = 8;
+  for (const Case& c : {whole_sequences(rng, 6, 1, 17), offset_segments(rng, 5)}) {
+    torch::manual_seed(5);
+    const torch::Tensor q = torch::randn({c.q_rows, heads, dim}, f64), k = torch::randn({c.k_rows, kv_heads, dim}, f64),
+                        v = torch::randn({c.k_rows, kv_heads, dim}, f64);
+    for (const int64_t window : {1, 3, 6}) {
+      for (const bool fused : {false, true}) {
+        INFO("window " << window << " fused " << fused);
+        const auto plan =
+            plan_packed_attention(c.segments, c.q_rows, c.k_rows, heads, torch::kCPU, fused, kBucketSpanRatio, window);
+        CHECK(plan.window == window);
+        CHECK_FALSE(plan.fused);  // these segments outgrow every window: the materialised plan takes it
+        const torch::Tensor want = reference_attention(q, k, v, c.segments, window);
+        CHECK(torch::allclose(packed_attention(q, k, v, plan), want, 0, 1e-12));
+        // Control: the same plan without the window is a different attention.
+        CHECK_FALSE(torch::allclose(packed_attention(q, k, v, c.segments), want, 0, 1e-6));
+      }
+    }
+    // A window no segment outgrows is the full attention, and keeps the fused kernels.
+    const auto wide =
+        plan_packed_attention(c.segments, c.q_rows, c.k_rows, heads, torch::kCPU, true, kBucketSpanRatio, 1000);
+    CHECK(wide.fused);
+    CHECK(wide.window == 0);
+    CHECK(torch::allclose(packed_attention(q, k, v, wide), reference_attention(q, k, v, c.segments), 0, 1e-12));
+  }
+  // Padded (B, T) rows, left padding on row 1: both kernels against the packed reference per row.
+  const int64_t b = 2, t = 9, window = 3;
+  torch::manual_seed(6);
+  const torch::Tensor q = torch::randn({b, t, heads, dim}, f64), k = torch::randn({b, t, kv_heads, dim}, f64),
+                      v = torch::randn({b, t, kv_heads, dim}, f64);
+  torch::Tensor valid = torch::ones({b, t}, torch::kBool);
+  valid[1].narrow(0, 0, 4).fill_(false);  // row 1: 4 padding tokens, then 5 real ones
+  for (const bool fused : {false, true}) {
+    INFO("padded, fused " << fused);
+    const torch::Tensor out = padded_attention(q, k, v, valid, fused, window);  // (B, T, H, D)
+    for (int64_t row = 0; row < b; ++row) {
+      const int64_t start = row == 0 ? 0 : 4, len = t - start;
+      const std::vector<AttentionSegment> one{{0, len, 0, 0}};
+      const torch::Tensor want = reference_attention(q[row].narrow(0, start, len), k[row].narrow(0, start, len),
+                                                     v[row].narrow(0, start, len), one, window);
+      CHECK(torch::allclose(out[row].narrow(0, start, len), want, 0, 1e-12));
+    }
+    CHECK_FALSE(torch::allclose(padded_attention(q, k, v, valid, fused)[0], out[0], 0, 1e-6));  // control
+  }
 }

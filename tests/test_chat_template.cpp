@@ -26,7 +26,7 @@ using ordered_json = nlohmann::ordered_json;
 
 namespace {
 
-const char* const kModels[] = {"qwen2_5", "qwen3", "llama3", "llama3_1", "gemma"};
+const char* const kModels[] = {"qwen2_5", "qwen3", "llama3", "llama3_1", "gemma", "gemma3"};
 
 std::vector<ChatMessage> messages_of(const json& list) {
   std::vector<ChatMessage> out;

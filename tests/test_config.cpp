@@ -137,6 +137,32 @@ TEST_CASE("the resolved recipe round-trips exactly", "[config]") {
   CHECK(back.tracks.image.enabled);
 }
 
+TEST_CASE("data.chat_template_kwargs: scalars as JSON, round-tripped; lists, maps and reserved names refused",
+          "[config]") {
+  const Config c = load(
+      "tracks: {ar: {data: {chat_template_kwargs: {enable_thinking: false, name: \"x\", n: 3, f: 0.5, q: \"false\", "
+      "z: null}}}}");
+  const auto& k = c.tracks.ar.data.chat_template_kwargs;
+  CHECK(k == std::map<std::string, std::string>{{"enable_thinking", "false"},
+                                                {"name", "\"x\""},
+                                                {"n", "3"},
+                                                {"f", "0.5"},
+                                                {"q", "\"false\""},
+                                                {"z", "null"}});
+  const std::string yaml = to_yaml(c);
+  CHECK(load(yaml).tracks.ar.data.chat_template_kwargs == k);
+  CHECK(to_yaml(load(yaml)) == yaml);
+  CHECK(load("", {"tracks.ar.data.chat_template_kwargs.enable_thinking=true"}).tracks.ar.data.chat_template_kwargs ==
+        std::map<std::string, std::string>{{"enable_thinking", "true"}});
+  CHECK(load("").tracks.ar.data.chat_template_kwargs.empty());
+  CHECK(error_of("tracks: {ar: {data: {chat_template_kwargs: {tools: [1, 2]}}}}") ==
+        "tracks.ar.data.chat_template_kwargs.tools: expected a scalar (true/false, a number or a string), got a list");
+  CHECK_THAT(error_of("tracks: {ar: {data: {chat_template_kwargs: {messages: x}}}}"),
+             Catch::Contains("tracks.ar.data.chat_template_kwargs.messages: 'messages' is set by tandem"));
+  CHECK_THAT(error_of("tracks: {ar: {data: {chat_template_kwargs: [a]}}}"),
+             Catch::Contains("tracks.ar.data.chat_template_kwargs: expected a mapping of names to values"));
+}
+
 TEST_CASE("layout is checked against the world size", "[config]") {
   const Config c = load("parallel: {dp: 3}");
   CHECK_THROWS_WITH(validate(c, 4), Catch::Contains("dp=3") && Catch::Contains("world size 4"));

@@ -163,7 +163,28 @@ TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field",
   fails_with("intermediate_size", int64_t{1} << 40, "intermediate_size");
   fails_with("num_hidden_layers", 0, "num_hidden_layers 0 is out of range");
   fails_with("attention_bias", true, "attention_bias");
-  fails_with("model_type", "mistral", "model_type");
+  fails_with("model_type", "gemma3_text", "model_type 'gemma3_text' is not supported (llama, mistral, qwen2 or qwen3)");
+  {  // Mistral: the window read from config.json and written back; null is no window; Qwen2's is ignored.
+    nlohmann::json m = good;
+    m["model_type"] = "mistral";
+    m["sliding_window"] = 4096;
+    const models::LlamaConfig mc = models::from_hf_config(m);
+    CHECK(mc.sliding_window == 4096);
+    const nlohmann::json back = models::to_hf_config(mc, torch::kFloat32);
+    CHECK(back.at("model_type") == "mistral");
+    CHECK(back.at("architectures") == nlohmann::json::array({"MistralForCausalLM"}));
+    CHECK(back.at("sliding_window") == 4096);
+    CHECK(models::from_hf_config(back).sliding_window == 4096);
+    m["sliding_window"] = nullptr;
+    CHECK(models::from_hf_config(m).sliding_window == 0);
+    CHECK(models::to_hf_config(models::from_hf_config(m), torch::kFloat32, m).at("model_type") == "mistral");
+    m["sliding_window"] = 0;
+    CHECK_THROWS_WITH(models::from_hf_config(m), Catch::Contains("sliding_window 0 is out of range"));
+    nlohmann::json q = good;
+    q["model_type"] = "qwen2";
+    q["sliding_window"] = 4096;
+    CHECK(models::from_hf_config(q).sliding_window == 0);
+  }
   fails_with("hidden_act", "gelu", "hidden_act");
   fails_with("num_key_value_heads", 3, "num_kv_heads");
   fails_with("head_dim", 7, "head_dim 7 must be even");
@@ -447,6 +468,23 @@ TEST_CASE("logits equal transformers' (float64 1e-10; bf16 4e-2 of max |logit|)"
         CHECK(alone < tol);
         CHECK(in_pack < tol);
         CHECK(in_pad < tol);
+        // The KV cache: the first 3 tokens prefilled (into a slot, or into the prefix store as a
+        // shared prompt), then one token per decode step; a sliding window bites there too.
+        if (len <= 3) continue;
+        for (const bool shared : {false, true}) {
+          models::KvCache cache = model->make_kv_cache(1, len, shared ? 1 : 0, shared ? 3 : 0);
+          const std::vector<int64_t> head(seqs[i].begin(), seqs[i].begin() + 3);
+          const std::vector<int64_t> slot = shared ? cache.free_prefixes(1) : std::vector<int64_t>{0};
+          torch::Tensor z = model->prefill(test::ragged_batch({head}).packed, &cache, slot, shared);  // (1, V)
+          if (shared) cache.attach(0, slot[0]);
+          double worst = test::rel_to_max(z, want.narrow(0, 2, 1));
+          for (int64_t t = 3; t < len; ++t) {
+            z = model->decode_step(torch::tensor({seqs[i][static_cast<size_t>(t)]}, torch::kInt64), cache);
+            worst = std::max(worst, test::rel_to_max(z, want.narrow(0, t, 1)));
+          }
+          INFO("sequence " << i << (shared ? ", shared-prefix" : "") << " decode: " << worst);
+          CHECK(worst < tol);
+        }
       }
       if (dtype != torch::kFloat64) continue;
       // Control: one norm weight moved by 1e-6 is seen at float64's tolerance.

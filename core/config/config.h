@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -102,6 +103,8 @@ struct ArModelConfig {
   bool qkv_bias = false;
   bool qk_norm = false;             // per-head RMSNorm of queries and keys (Qwen3)
   std::optional<int64_t> head_dim;  // null: hidden_size / num_heads
+  // Mistral: every layer's query sees the last sliding_window positions (itself included); null: all.
+  std::optional<int64_t> sliding_window;
   RopeScalingConfig rope_scaling;
   std::optional<int64_t> bos_token_id;  // the model's own (config.json / generation_config.json)
   std::vector<int64_t> eos_token_ids;   // every id that ends a response (config + generation_config)
@@ -126,6 +129,10 @@ struct ArDataConfig {
   // one, raw prompt text otherwise; none: raw text; anything else: a Jinja template file.
   std::string chat_template = "auto";
   std::optional<std::string> system_prompt;  // a system turn before each prompt (needs a template)
+  // Extra variables for the chat template, as transformers' apply_chat_template(**kwargs) takes
+  // them (Qwen3's enable_thinking: false). Values are scalars, kept as JSON text ("false", "3",
+  // "\"text\"").
+  std::map<std::string, std::string> chat_template_kwargs;
 };
 
 struct ArRolloutConfig {

@@ -2,6 +2,8 @@
 // (structs -> YAML). Every key's type and range error is raised here, naming its full path.
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -98,6 +100,25 @@ std::string parse_string(const std::string& path, const YAML::Node& node) {
   return require_scalar(path, node, "a string").Scalar();
 }
 
+// A YAML scalar as JSON text (see Loader's map field).
+std::string scalar_json(const std::string& path, const YAML::Node& node) {
+  if (node.IsNull()) return "null";
+  require_scalar(path, node, "a scalar (true/false, a number or a string)");
+  const std::string& text = node.Scalar();
+  if (node.Tag() != "!") {  // not quoted: YAML's own reading of booleans and numbers
+    bool b = false;
+    if (YAML::convert<bool>::decode(node, b)) return b ? "true" : "false";
+    int64_t i = 0;
+    if (YAML::convert<int64_t>::decode(node, i)) return std::to_string(i);
+    double d = 0;
+    if (YAML::convert<double>::decode(node, d)) {
+      if (!std::isfinite(d)) fail(path, "must be a finite number, got '" + text + "'");
+      return format_double(d);
+    }
+  }
+  return nlohmann::json(text).dump();
+}
+
 template <class E>
 E parse_enum_node(const std::string& path, const YAML::Node& node) {
   const std::string text = parse_string(path, node);
@@ -189,6 +210,22 @@ class Loader {
     ref.clear();
     for (size_t i = 0; i < n->size(); ++i)
       ref.push_back(parse_string(at(key) + "[" + std::to_string(i) + "]", (*n)[i]));
+  }
+  // A mapping of names to scalars, each kept as JSON text: a quoted YAML string stays a string,
+  // true/false a boolean, a number a number, null null. Nested lists or maps are refused.
+  void field(const char* key, std::map<std::string, std::string>& ref) {
+    auto n = take(key);
+    if (!n) return;
+    ref.clear();
+    if (n->IsNull()) return;
+    if (!n->IsMap()) fail(at(key), "expected a mapping of names to values, got " + describe_node(*n));
+    for (const auto& item : *n) {
+      const std::string name = parse_string(at(key), item.first);
+      const std::string path = at(key) + "." + name;
+      if (name == "messages" || name == "add_generation_prompt")
+        fail(path, "'" + name + "' is set by tandem for every prompt and cannot be given here");
+      ref[name] = scalar_json(path, item.second);
+    }
   }
   void choice(const char* key, std::string& ref, const std::vector<std::string>& allowed) {
     auto n = take(key);
@@ -284,6 +321,22 @@ class Dumper {
     out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const auto& s : ref) out_ << YAML::DoubleQuoted << s;
     out_ << YAML::EndSeq;
+  }
+  void field(const char* key, std::map<std::string, std::string>& ref) {
+    out_ << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [name, text] : ref) {
+      out_ << YAML::Key << name << YAML::Value;
+      const nlohmann::json v = nlohmann::json::parse(text);
+      if (v.is_string())
+        out_ << YAML::DoubleQuoted << v.get<std::string>();
+      else if (v.is_null())
+        out_ << YAML::Null;
+      else if (v.is_boolean())
+        out_ << (v.get<bool>() ? "true" : "false");
+      else
+        out_ << text;  // a number, in the shortest form that reads back the same
+    }
+    out_ << YAML::EndMap;
   }
   void choice(const char* key, std::string& ref, const std::vector<std::string>&) { field(key, ref); }
   template <class S>

@@ -109,6 +109,7 @@ void visit(V& v, ArModelConfig& c) {
   v.field("qkv_bias", c.qkv_bias);
   v.field("qk_norm", c.qk_norm);
   v.field("head_dim", c.head_dim, closed(2, 16777216));
+  v.field("sliding_window", c.sliding_window, closed(1, 16777216));
   v.section("rope_scaling", c.rope_scaling);
   v.field("bos_token_id", c.bos_token_id, at_least(0));
   v.field("eos_token_ids", c.eos_token_ids, at_least(0));
@@ -132,6 +133,7 @@ void visit(V& v, ArDataConfig& c) {
   v.field("max_digits", c.max_digits, closed(1, 9));
   v.field("chat_template", c.chat_template);
   v.field("system_prompt", c.system_prompt);
+  v.field("chat_template_kwargs", c.chat_template_kwargs);
 }
 
 template <class V>

@@ -90,6 +90,7 @@ ModelDir read_model_dir(const std::string& dir) {
   m.qkv_bias = c.qkv_bias;
   m.qk_norm = c.qk_norm;
   m.head_dim = c.head_dim();
+  m.sliding_window = c.sliding_window > 0 ? std::optional<int64_t>(c.sliding_window) : std::nullopt;
   m.rope_scaling.type = rope_type(c.rope_scaling.kind);
   m.rope_scaling.factor = c.rope_scaling.factor;
   m.rope_scaling.low_freq_factor = c.rope_scaling.low_freq_factor;
@@ -151,6 +152,8 @@ void resolve_model_dir(Config& config, const std::set<std::string>& given) {
   agree("qkv_bias", m.qkv_bias, truth.qkv_bias);
   agree("qk_norm", m.qk_norm, truth.qk_norm);
   if (m.head_dim) agree("head_dim", m.head_dim, truth.head_dim);
+  if (m.sliding_window || truth.sliding_window)
+    agree("sliding_window", m.sliding_window.value_or(0), truth.sliding_window.value_or(0));
   agree("rope_scaling.type", std::string(to_string(m.rope_scaling.type)),
         std::string(to_string(truth.rope_scaling.type)));
   agree("rope_scaling.factor", m.rope_scaling.factor, truth.rope_scaling.factor);

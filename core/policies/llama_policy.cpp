@@ -97,6 +97,7 @@ models::LlamaConfig llama_config(const ArModelConfig& m) {
   c.tie_embeddings = m.tie_embeddings;
   c.qkv_bias = m.qkv_bias;
   c.qk_norm = m.qk_norm;
+  c.sliding_window = m.sliding_window.value_or(0);
   if (m.head_dim && (m.num_heads <= 0 || *m.head_dim * m.num_heads != m.hidden_size)) c.explicit_head_dim = *m.head_dim;
   const RopeScalingConfig& r = m.rope_scaling;
   c.rope_scaling.kind = r.type == RopeType::kLinear   ? models::RopeScalingKind::kLinear

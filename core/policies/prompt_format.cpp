@@ -42,6 +42,9 @@ void add_unique(std::vector<int64_t>& ids, int64_t id) {
 PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer& tokenizer)
     : tokenizer_(tokenizer), system_prompt_(o.system_prompt) {
   std::error_code ec;
+  nlohmann::json kwargs = nlohmann::json::object();
+  for (const auto& [name, value] : o.template_kwargs) kwargs[name] = nlohmann::json::parse(value);
+  template_kwargs_ = kwargs.dump();
   if (o.chat_template == "auto") {
     if (o.tokenizer_path) {
       const std::string config = tokenizer_config_of(*o.tokenizer_path);
@@ -65,6 +68,9 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
                     (o.chat_template == "none" ? std::string("chat_template is none")
                                                : "the tokenizer has none (no chat_template in tokenizer_config.json)") +
                     "; give chat_template a Jinja file or remove system_prompt");
+  if (!o.template_kwargs.empty() && !chat_template_)
+    throw UserError(o.origin + ": chat_template_kwargs (" + template_kwargs_ +
+                    ") need a chat template, and there is none; remove them or give chat_template a Jinja file");
   if (auto eos = tokenizer.eos_id()) add_unique(stop_ids_, *eos);
   if (chat_template_ && !chat_template_->eos_token().empty()) {
     const auto id = tokenizer.token_to_id(chat_template_->eos_token());
@@ -84,7 +90,7 @@ std::string PromptFormat::render(const std::string& prompt) const {
   std::vector<models::ChatMessage> messages;
   if (system_prompt_) messages.push_back({"system", *system_prompt_});
   messages.push_back({"user", prompt});
-  return chat_template_->render(messages, /*add_generation_prompt=*/true);
+  return chat_template_->render(messages, /*add_generation_prompt=*/true, nlohmann::json::parse(template_kwargs_));
 }
 
 std::vector<int64_t> PromptFormat::encode(const std::string& prompt) const {
@@ -104,6 +110,7 @@ const std::string& PromptFormat::template_source() const {
 std::string PromptFormat::describe() const {
   std::string s = chat_template_ ? "chat template " + template_origin_ : std::string("raw prompts (no chat template)");
   if (system_prompt_) s += ", system prompt";
+  if (template_kwargs_ != "{}") s += ", template variables " + template_kwargs_;
   s += ", stop on";
   for (const int64_t id : stop_ids_) s += " " + tokenizer_.id_to_token(id);
   return s;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,8 +24,9 @@ struct PromptFormatOptions {
   // raw text; "none": raw text; anything else: a Jinja template file.
   std::string chat_template = "auto";
   std::optional<std::string> system_prompt;
-  std::optional<std::string> tokenizer_path;  // the tokenizer.json (or its directory); unset: char
-  std::vector<int64_t> model_eos_ids;         // config.json / generation_config.json
+  std::map<std::string, std::string> template_kwargs;  // extra template variables, values as JSON text
+  std::optional<std::string> tokenizer_path;           // the tokenizer.json (or its directory); unset: char
+  std::vector<int64_t> model_eos_ids;                  // config.json / generation_config.json
   // Where the options came from, for messages ("tracks.ar.data.chat_template", "--chat-template").
   std::string origin = "tracks.ar.data.chat_template";
 };
@@ -58,6 +60,7 @@ class PromptFormat {
  private:
   const models::Tokenizer& tokenizer_;
   std::unique_ptr<models::ChatTemplate> chat_template_;
+  std::string template_kwargs_;  // a JSON object of the extra variables
   std::string template_origin_;
   bool from_file_ = false;
   std::optional<std::string> system_prompt_;

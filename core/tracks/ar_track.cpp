@@ -44,6 +44,7 @@ PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
   PromptFormatOptions o;
   o.chat_template = ar.data.chat_template;
   o.system_prompt = ar.data.system_prompt;
+  o.template_kwargs = ar.data.chat_template_kwargs;
   if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
   o.model_eos_ids = ar.model.eos_token_ids;
   return o;
@@ -93,6 +94,12 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
                      ? "a group's prompt is prefilled once and laid out once in packed training micros"
                      : "a group's prompt is prefilled once; training: not applied under cp (context parallelism "
                        "splits each micro's rows over ranks)");
+  if (ar.model.sliding_window && !rollout_only)
+    spdlog::info(
+        "ar sliding window {}: packed micros holding a sequence longer than it run the materialised "
+        "attention (the fused kernels take no window; memory quadratic in that micro's longest "
+        "sequence); padded micros and decoding apply it on every kernel",
+        *ar.model.sliding_window);
   if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
   if (config.eval.enabled() && !rollout_only) {
     evaluator_ = std::make_unique<ArEvaluator>(config, *tokenizer_);

@@ -5,7 +5,8 @@
 namespace tandem::models {
 
 void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_t heads, torch::Device device) {
-  layout.packed_plan = plan_packed_attention(layout.segments, q_rows, k_rows, heads, device, layout.fused);
+  layout.packed_plan = plan_packed_attention(layout.segments, q_rows, k_rows, heads, device, layout.fused,
+                                             kBucketSpanRatio, layout.window);
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
@@ -48,7 +49,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
   } else if (layout.padded()) {
     const int64_t b = layout.batch, t = layout.width;
     out = padded_attention(q.view({b, t, local_heads_, d}), k.view({b, t, local_kv_heads_, d}),
-                           v.view({b, t, local_kv_heads_, d}), layout.key_valid, layout.fused)
+                           v.view({b, t, local_kv_heads_, d}), layout.key_valid, layout.fused, layout.window)
               .reshape({n, local_heads_, d});
   } else {
     if (layout.cp_shard != nullptr) {

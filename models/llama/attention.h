@@ -28,6 +28,7 @@ struct AttentionLayout {
   int64_t batch = 0, width = 0;  // padded: rows are (B * T), B = batch, T = width
   torch::Tensor key_valid;       // padded: (B, T) bool; undefined for packed
   bool fused = false;            // packed / padded: the fused kernels (models/layers/fused_attention.h)
+  int64_t window = 0;            // > 0: every layer's sliding window (Mistral's sliding_window)
   bool padded() const { return key_valid.defined(); }
 
   // Incremental decoding (cp is never used). Prefill: a packed forward whose segment i also
@@ -43,8 +44,8 @@ struct AttentionLayout {
   bool decode() const { return cache != nullptr && cache_rows.defined(); }
 };
 
-// Builds layout.packed_plan from layout.segments (fused as layout.fused): q_rows this rank's rows,
-// k_rows the K/V rows attention sees (the whole micro under cp), heads the local query heads.
+// Builds layout.packed_plan from layout.segments (fused as layout.fused, windowed as layout.window): q_rows this rank's
+// rows, k_rows the K/V rows attention sees (the whole micro under cp), heads the local query heads.
 void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_t heads, torch::Device device);
 
 class LlamaAttentionImpl : public torch::nn::Module {

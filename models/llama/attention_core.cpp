@@ -117,7 +117,8 @@ std::vector<AttentionSegment> segments_with_prefixes(const torch::Tensor& cu_seq
 }
 
 PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
-                                          int64_t heads, torch::Device device, bool fused, double span_ratio) {
+                                          int64_t heads, torch::Device device, bool fused, double span_ratio,
+                                          int64_t window) {
   int64_t row = 0;
   for (const AttentionSegment& s : segments) {
     const bool split = s.k_own >= 0;  // prefix rows at k_begin, own rows at k_own
@@ -128,7 +129,13 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
     row += s.length;
   }
   if (row != q_rows) throw std::invalid_argument("packed_attention: segments do not cover every query row");
+  // A window no segment reaches past is the full attention; one that bites needs the mask.
+  bool bites = false;
+  for (const AttentionSegment& s : segments) bites = bites || (window > 0 && s.q_offset + s.length > window);
+  if (!bites) window = 0;
+  if (bites) fused = false;
   PackedAttentionPlan plan;
+  plan.window = window;
   plan.rows = q_rows;
   plan.fused = fused;
   // Materialised buckets hold a segment's whole key span (prefix included) and mask it; fused
@@ -204,7 +211,9 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
         const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
         const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}),
                             sp = index_tensor(spans, device).view({-1, 1, 1});
-        bucket.blocked = ((kj > qi + off) | (kj >= sp)).view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
+        torch::Tensor blocked = (kj > qi + off) | (kj >= sp);  // (B, L_q, L_k)
+        if (window > 0) blocked = blocked | (kj <= qi + off - window);
+        bucket.blocked = blocked.view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)
       } else if (lead.q_offset > 0) {
         bucket.p_index = torch::arange(lead.k_begin, lead.k_begin + lead.q_offset, idx);  // (P)
       }
@@ -281,13 +290,19 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
 }
 
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid, bool fused) {
+                               const torch::Tensor& key_valid, bool fused, int64_t window) {
   const int64_t b = q.size(0), t = q.size(1);
-  if (fused)  // causal plus the key mask: a real token sees no padding, whichever side it sits
-    return fused_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true, key_valid.view({b, 1, 1, t}))
-        .transpose(1, 2);
   const auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(q.device());
-  const torch::Tensor causal = torch::ones({t, t}, bool_opts).tril();                      // (T, T)
+  const bool bites = window > 0 && t > window;
+  torch::Tensor band;  // (T, T): key column j seen from query column i when j > i - window
+  if (bites) band = torch::ones({t, t}, bool_opts).triu(1 - window);
+  if (fused) {  // causal plus the key mask: a real token sees no padding, whichever side it sits
+    torch::Tensor allowed = key_valid.view({b, 1, 1, t});  // (B, 1, 1, T) or (B, 1, T, T)
+    if (bites) allowed = allowed & band.view({1, 1, t, t});
+    return fused_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), true, allowed).transpose(1, 2);
+  }
+  torch::Tensor causal = torch::ones({t, t}, bool_opts).tril();  // (T, T)
+  if (bites) causal = causal & band;
   const torch::Tensor self = torch::eye(t, bool_opts);                                     // (T, T)
   const torch::Tensor allowed = causal & (key_valid.view({b, 1, t}) | self.unsqueeze(0));  // (B, T, T)
   return batched_attention(q, k, v, ~allowed.view({b, 1, 1, t, t}));                       // (B, T, H, D)
@@ -305,7 +320,8 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(probs, v).view({n, heads, dim});                          // (n, H_kv, G, D) -> (n, H, D)
 }
 
-PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device) {
+PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device, int64_t window,
+                         const std::vector<int64_t>& positions) {
   PrefixIndex x;
   x.groups = static_cast<int64_t>(groups.size());
   if (x.groups == 0) return x;
@@ -331,6 +347,21 @@ PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, cons
   x.place = torch::tensor(place, torch::kInt64).to(device);
   x.beyond =
       torch::arange(x.longest, idx).unsqueeze(0) >= torch::tensor(lengths, torch::kInt64).to(device).unsqueeze(1);
+  if (window > 0) {
+    if (static_cast<int64_t>(positions.size()) != n)
+      throw std::invalid_argument("prefix_index: a sliding window needs every sequence's position");
+    bool bites = false;  // prefix key p is out of reader i's window when p <= position_i - window
+    std::vector<int64_t> last_unseen(static_cast<size_t>(g * m_max), -1);
+    for (int64_t r = 0; r < g * m_max; ++r)
+      if (gather[r] < n) {
+        last_unseen[r] = positions[gather[r]] - window;
+        bites = bites || last_unseen[r] >= 0;
+      }
+    if (bites)
+      x.outside = (torch::arange(x.longest, idx).view({1, x.longest}) <=
+                   torch::tensor(last_unseen, torch::kInt64).to(device).view({-1, 1}))
+                      .view({g, 1, m_max, 1, x.longest});
+  }
   return x;
 }
 
@@ -370,10 +401,13 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const torch::Tensor own = torch::matmul(qg, k.transpose(2, 3))  // (n, H_kv, G, S)
                                 .to(ct)
                                 .masked_fill(key_valid.logical_not().view({n, 1, 1, span}), -kInf);
-  const torch::Tensor pre = torch::matmul(by_group(qg), keys_t)
-                                .to(ct)
-                                .masked_fill(  // (g, H_kv, m_max G, P)
-                                    groups.beyond.view({g, 1, 1, longest}), -kInf);
+  torch::Tensor pre = torch::matmul(by_group(qg), keys_t)
+                          .to(ct)
+                          .masked_fill(  // (g, H_kv, m_max G, P)
+                              groups.beyond.view({g, 1, 1, longest}), -kInf);
+  if (groups.outside.defined())  // the sliding window, per reader
+    pre = pre.masked_fill(groups.outside.expand({g, 1, m_max, group, longest}).reshape({g, 1, m_max * group, longest}),
+                          -kInf);
   const torch::Tensor top =  // (n, H_kv, G, 1): the larger of the two parts' maxima
       torch::maximum(std::get<0>(own.max(-1, true)), by_seq(std::get<0>(pre.max(-1, true)), -kInf));
   const torch::Tensor own_e = (own - top).exp_();                                    // (n, H_kv, G, S)

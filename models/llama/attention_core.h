@@ -56,6 +56,7 @@ struct PackedAttentionPlan {
   };
   std::vector<Bucket> buckets;
   bool fused = false;   // buckets run on the fused kernels: padding sits at the end, no mask
+  int64_t window = 0;   // > 0: a query at position i sees keys at positions > i - window (Mistral)
   torch::Tensor order;  // (N) int64: bucket-concatenated row of each query row; undefined: identity
   int64_t rows = 0;     // N, the query rows the segments cover
 };
@@ -65,9 +66,12 @@ struct PackedAttentionPlan {
 // without a prefix are bucketed by length (no score cap: nothing quadratic is held); those with one
 // (q_offset > 0: a shared prompt's responses, a cp shard past its sequence's start) by the prefix
 // rows they read, so one group's responses share one call that reads the prompt's keys once.
+// window > 0 is a sliding window (HF's: key position j is seen from query position i when
+// i - window < j <= i). The fused kernels take no window: a plan where some segment's span exceeds
+// it runs materialised (the window in its mask); one where none does is the full attention.
 PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& segments, int64_t q_rows, int64_t k_rows,
                                           int64_t heads, torch::Device device, bool fused = false,
-                                          double span_ratio = kBucketSpanRatio);
+                                          double span_ratio = kBucketSpanRatio, int64_t window = 0);
 
 // q (N, H, D); k, v (N_kv, H_kv, D). Returns (N, H, D).
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -78,9 +82,10 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 // q (B, T, H, D); k, v (B, T, H_kv, D); key_valid (B, T) bool. Returns (B, T, H, D); rows of
 // padding attend at least to themselves so nothing is NaN (fused: a padding row that sees no
-// valid key gets zeros).
+// valid key gets zeros). window > 0: a sliding window over the row's columns (a sequence's real
+// tokens are contiguous in its row, so columns differ as positions do).
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid, bool fused = false);
+                               const torch::Tensor& key_valid, bool fused = false, int64_t window = 0);
 
 // Decoding: one query per sequence against that sequence's cached keys. q (n, H, D); k, v
 // (n, H_kv, S, D) (strided views of a KvCache are fine); key_valid (n, S) bool marks each
@@ -107,8 +112,12 @@ struct PrefixIndex {
   torch::Tensor gather;  // (g m_max) int64: the sequence at each group position (n: padding)
   torch::Tensor place;   // (n) int64: each sequence's group position (g m_max: in no group)
   torch::Tensor beyond;  // (g, P) bool: keys past a group's own prefix
+  // Sliding window: (g, 1, m_max, 1, P) bool, the prefix keys each reader no longer sees; undefined: none.
+  torch::Tensor outside;
 };
-PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device);
+// `positions` (n) int64 host: each sequence's current position, needed with window > 0 (else unused).
+PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device,
+                         int64_t window = 0, const std::vector<int64_t>& positions = {});
 
 // Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk
 // (P_slots, H_kv, D, P_cap) (keys transposed) and pv (P_slots, H_kv, P_cap, D), then to its own

@@ -153,12 +153,14 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(source + ": not a JSON object");
   const Fields f(j, source);
   const std::string type = f.string("model_type", "");
-  if (type != "llama" && type != "qwen2" && type != "qwen3")
-    f.fail("model_type", "'" + type + "' is not supported (llama, qwen2 or qwen3)");
+  if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral")
+    f.fail("model_type", "'" + type + "' is not supported (llama, mistral, qwen2 or qwen3)");
   if (f.string("hidden_act", "silu") != "silu") f.fail("hidden_act", "must be silu");
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is not supported");
-  if (type == "llama" && f.boolean("attention_bias", false)) f.fail("attention_bias", "is not supported (o_proj bias)");
-  if (type != "llama" && f.boolean("use_sliding_window", false)) f.fail("use_sliding_window", "is not supported");
+  if ((type == "llama" || type == "mistral") && f.boolean("attention_bias", false))
+    f.fail("attention_bias", "is not supported (o_proj bias)");
+  if ((type == "qwen2" || type == "qwen3") && f.boolean("use_sliding_window", false))
+    f.fail("use_sliding_window", "is not supported (Qwen's sliding-window layers)");
   if (j.contains("layer_types") && j.at("layer_types").is_array())
     for (const auto& t : j.at("layer_types"))
       if (!t.is_string() || t.get<std::string>() != "full_attention")
@@ -190,7 +192,10 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   c.qkv_bias = type == "qwen2" || (type == "qwen3" && f.boolean("attention_bias", false));
   c.qk_norm = type == "qwen3";
   c.initializer_range = f.number("initializer_range", 0.02);
-  if (f.has("head_dim")) {
+  // Mistral's window (null: none); Qwen2 writes one too, but applies it only with use_sliding_window.
+  if (type == "mistral" && j.contains("sliding_window") && !j.at("sliding_window").is_null())
+    c.sliding_window = dim("sliding_window");
+  if (f.has("head_dim") && !j.at("head_dim").is_null()) {
     const int64_t hd = dim("head_dim");
     // Stored only when it departs from the default, so a config that spells out the default
     // head_dim resolves to the same LlamaConfig as one that leaves it out.
@@ -210,14 +215,19 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
 nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const nlohmann::json& base) {
   const bool qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias;
   nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
+  // Mistral is the Llama layout plus the window; a Mistral without one (v0.2 on) stays Mistral.
+  const bool mistral =
+      !qwen3 && !qwen2 && (c.sliding_window > 0 || (j.contains("model_type") && j.at("model_type") == "mistral"));
   const nlohmann::json arch = {
       {"architectures",
-       {qwen3   ? "Qwen3ForCausalLM"
-        : qwen2 ? "Qwen2ForCausalLM"
-                : "LlamaForCausalLM"}},
-      {"model_type", qwen3   ? "qwen3"
-                     : qwen2 ? "qwen2"
-                             : "llama"},
+       {qwen3     ? "Qwen3ForCausalLM"
+        : qwen2   ? "Qwen2ForCausalLM"
+        : mistral ? "MistralForCausalLM"
+                  : "LlamaForCausalLM"}},
+      {"model_type", qwen3     ? "qwen3"
+                     : qwen2   ? "qwen2"
+                     : mistral ? "mistral"
+                               : "llama"},
       {"vocab_size", c.vocab_size},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
@@ -260,6 +270,10 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
     j.erase("mlp_bias");
   } else if (qwen2) {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
+  } else if (mistral) {
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
   } else {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;

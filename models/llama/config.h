@@ -43,6 +43,9 @@ struct LlamaConfig {
   bool qk_norm = false;             // per-head RMSNorm of queries and keys before RoPE (Qwen3)
   double initializer_range = 0.02;  // std of the random init (HF's initializer_range)
   int64_t explicit_head_dim = 0;    // HF's head_dim when config.json gives one; 0: hidden_size / num_heads
+  // Mistral's sliding_window: a query at position i sees keys at positions > i - sliding_window
+  // (itself included); 0: every earlier position. A window no sequence outgrows is the full attention.
+  int64_t sliding_window = 0;
   RopeScaling rope_scaling;
   // How the model runs, not what it is (never in config.json): the attention kernel, and whether
   // the training forward keeps each decoder layer's activations or recomputes them in the

@@ -147,6 +147,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
   }
   const int64_t local_heads = config_.num_heads / ctx_.tp_size;
   layout->fused = use_fused_attention(config_.attention, w.scalar_type());
+  layout->window = config_.sliding_window;
   plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
   layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(ids, *layout);  // (n_local, hidden)
@@ -160,6 +161,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   layout.width = in.input_ids.size(1);
   layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);  // (B, T)
   layout.fused = use_fused_attention(config_.attention, w.scalar_type());
+  layout.window = config_.sliding_window;
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
@@ -251,6 +253,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache_prefixes = into_prefixes;
   }
   layout.fused = use_fused_attention(config_.attention, w.scalar_type());
+  layout.window = config_.sliding_window;
   plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
   layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
@@ -281,7 +284,13 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   layout.cache_rows = torch::tensor(rows, torch::kInt64).to(w.device());  // (n)
   layout.cache_key_valid =  // (n, S): row i sees its own rows j <= rows[i], the new one included
       torch::arange(span, idx).unsqueeze(0) <= layout.cache_rows.unsqueeze(1);
-  layout.prefixes = prefix_index(cache.prefix_groups(n), n, w.device());  // once for every layer
+  const int64_t window = config_.sliding_window;
+  if (window > 0)  // own row j is position (prefix + j): seen while j > rows[i] - window
+    layout.cache_key_valid &= torch::arange(span, idx).unsqueeze(0) > layout.cache_rows.unsqueeze(1) - window;
+  std::vector<int64_t> current;  // each sequence's position (host), for the window over shared prefixes
+  if (window > 0)
+    for (int64_t i = 0; i < n; ++i) current.push_back(cache.position(i));
+  layout.prefixes = prefix_index(cache.prefix_groups(n), n, w.device(), window, current);  // once for every layer
   layout.rotary =
       rotary_tables(positions, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)

@@ -1,6 +1,7 @@
-// Byte-level BPE: vocabulary tables, added-token split, pre-tokenizer stages, rank-ordered merging
-// with a priority queue (O(n log n) per word, so a megabyte without spaces is still fast) and
-// byte-level decode.
+// BPE: vocabulary tables, added-token split, normalizer, pre-tokenizer stages, rank-ordered merging
+// with a priority queue (O(n log n) per word, so a megabyte without spaces is still fast) and decode.
+// The SentencePiece style follows tokenizers' BPE::merge_word: a word starts as its characters, a
+// character outside the vocabulary becomes its <0xNN> tokens (byte_fallback) or unk (fused).
 #include "models/tokenizers/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -18,34 +19,6 @@ constexpr int64_t kMaxId = int64_t{1} << 24;
 // Pieces longer than this are merged but not cached (they rarely repeat).
 constexpr size_t kMaxCachedPieceBytes = 256;
 constexpr size_t kMaxCacheEntries = 200000;
-
-// Code points bytes_to_unicode produces fit below this bound (256 + 68 remapped bytes).
-constexpr uint32_t kByteLevelCodePoints = 324;
-
-std::array<int16_t, kByteLevelCodePoints> make_code_point_to_byte() {
-  std::array<int16_t, kByteLevelCodePoints> table;
-  table.fill(-1);
-  const auto& forward = byte_to_code_point();
-  for (int b = 0; b < 256; ++b) table[forward[static_cast<size_t>(b)]] = static_cast<int16_t>(b);
-  return table;
-}
-
-// A vocabulary spelling back to raw bytes. Like Hugging Face's ByteLevel decoder, a token with a
-// character outside the byte-level alphabet is taken as its own UTF-8 bytes.
-std::string spelling_to_bytes(const std::string& spelling) {
-  static const auto table = make_code_point_to_byte();
-  std::string out;
-  out.reserve(spelling.size());
-  for (size_t pos = 0; pos < spelling.size();) {
-    const size_t len = utf8::sequence_length(spelling, pos);
-    if (len == 0) return spelling;
-    const uint32_t cp = utf8::decode_at(spelling, pos, len);
-    if (cp >= kByteLevelCodePoints || table[cp] < 0) return spelling;
-    out += static_cast<char>(table[cp]);
-    pos += len;
-  }
-  return out;
-}
 
 std::string byte_spelling(unsigned char b) {
   std::string s;
@@ -115,28 +88,24 @@ std::vector<Span> apply_behavior(std::vector<Span> spans, SplitBehavior behavior
 
 }  // namespace
 
-const std::array<uint32_t, 256>& byte_to_code_point() {
-  // Printable Latin-1 bytes spell themselves; the rest move to U+0100 onwards, in byte order.
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    uint32_t next = 256;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      t[b] = printable ? b : next++;
-    }
-    return t;
-  }();
-  return table;
-}
-
 struct BpeTokenizer::Stage {
   PreTokenizerStage::Kind kind;
   std::unique_ptr<PcreRegex> regex;
   SplitBehavior behavior;
   bool invert;
+  std::string replacement;  // kMetaspace
+  PrependScheme prepend;
+  bool split;
 };
 
-BpeTokenizer::BpeTokenizer(BpeSpec spec) : source_(spec.source), ignore_merges_(spec.ignore_merges), nfc_(spec.nfc) {
+BpeTokenizer::BpeTokenizer(BpeSpec spec)
+    : source_(spec.source),
+      ignore_merges_(spec.ignore_merges),
+      byte_level_(spec.byte_level),
+      byte_fallback_(spec.byte_fallback),
+      fuse_unk_(spec.fuse_unk),
+      normalizers_(std::move(spec.normalizers)),
+      decoders_(std::move(spec.decoders)) {
   build_vocab(spec);
   build_merges(spec);
   build_added(spec);
@@ -145,6 +114,9 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : source_(spec.source), ignore_merges_(
     stage->kind = s.kind;
     stage->behavior = s.behavior;
     stage->invert = s.invert;
+    stage->replacement = s.pattern;
+    stage->prepend = s.prepend;
+    stage->split = s.split;
     if (s.kind == PreTokenizerStage::Kind::kRegexSplit)
       stage->regex = std::make_unique<PcreRegex>(s.pattern, source_ + ": " + s.where);
     stages_.push_back(std::move(stage));
@@ -190,13 +162,19 @@ void BpeTokenizer::build_vocab(const BpeSpec& spec) {
                       "' and '" + token + "'");
     has_token_[i] = 1;
     token_strings_[i] = token;
-    token_bytes_[i] = spelling_to_bytes(token);
+    // SentencePiece-style pieces are looked up by their spelling (characters, U+2581 for a space).
+    token_bytes_[i] = byte_level_ ? byte_level_bytes(token) : token;
     string_to_id_.emplace(token, id);
     bytes_to_id_.emplace(token_bytes_[i], id);
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = string_to_id_.find(byte_spelling(static_cast<unsigned char>(b)));
     byte_ids_[static_cast<size_t>(b)] = it == string_to_id_.end() ? -1 : static_cast<int32_t>(it->second);
+    char spelled[8];
+    std::snprintf(spelled, sizeof(spelled), "<0x%02X>", b);
+    const auto fallback = string_to_id_.find(spelled);
+    fallback_ids_[static_cast<size_t>(b)] =
+        fallback == string_to_id_.end() ? -1 : static_cast<int32_t>(fallback->second);
   }
 }
 
@@ -288,24 +266,47 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
       while (begin > segment_start && is_space_byte(static_cast<unsigned char>(text[begin - 1]))) --begin;
     if (token->rstrip)
       while (end < text.size() && is_space_byte(static_cast<unsigned char>(text[end]))) ++end;
-    encode_segment(text.substr(segment_start, begin - segment_start), out);
+    encode_segment(text.substr(segment_start, begin - segment_start), segment_start == 0, out);
     out.push_back(token->id);
     pos = segment_start = end;
   }
-  encode_segment(text.substr(segment_start), out);
+  encode_segment(text.substr(segment_start), segment_start == 0, out);
   return out;
 }
 
-void BpeTokenizer::encode_segment(const std::string& text, std::vector<int64_t>& out) const {
+// `at_start`: the segment begins the text (Metaspace's "first" scheme prepends only there).
+void BpeTokenizer::encode_segment(const std::string& text, bool at_start, std::vector<int64_t>& out) const {
   if (text.empty()) return;
   // Hugging Face normalizes what lies between added tokens (theirs are matched on the raw text).
-  const std::string segment = nfc_ ? utf8::nfc(text) : text;
-  std::vector<std::string> pieces{segment}, next;
+  std::string segment = normalize(normalizers_, text);
+  if (segment.empty()) return;
+  std::vector<std::string> pieces{std::move(segment)}, next;
   for (const auto& stage : stages_) {
     next.clear();
-    for (std::string& piece : pieces) {
+    for (size_t index = 0; index < pieces.size(); ++index) {
+      std::string& piece = pieces[index];
       if (stage->kind == PreTokenizerStage::Kind::kPrefixSpace) {
         next.push_back(piece[0] == ' ' ? std::move(piece) : " " + piece);
+        continue;
+      }
+      if (stage->kind == PreTokenizerStage::Kind::kMetaspace) {
+        const std::string& rep = stage->replacement;
+        std::string s = replace_all(piece, " ", rep);
+        const bool first = at_start && index == 0;
+        if ((stage->prepend == PrependScheme::kAlways || (stage->prepend == PrependScheme::kFirst && first)) &&
+            s.compare(0, rep.size(), rep) != 0)
+          s = rep + s;
+        if (!stage->split) {
+          next.push_back(std::move(s));
+          continue;
+        }
+        // MergedWithNext on the replacement: each piece starts at one.
+        size_t begin = 0;
+        for (size_t hit = s.find(rep, 1); hit != std::string::npos; hit = s.find(rep, hit + rep.size())) {
+          if (hit > begin) next.push_back(s.substr(begin, hit - begin));
+          begin = hit;
+        }
+        if (begin < s.size()) next.push_back(s.substr(begin));
         continue;
       }
       std::vector<Span> spans;
@@ -328,11 +329,50 @@ void BpeTokenizer::encode_segment(const std::string& text, std::vector<int64_t>&
 
 int32_t BpeTokenizer::byte_id(unsigned char b) const {
   if (byte_ids_[b] >= 0) return byte_ids_[b];
-  if (unk_) return static_cast<int32_t>(*unk_);
   char hex[8];
   std::snprintf(hex, sizeof(hex), "0x%02X", b);
-  throw UserError(source_ + ": byte " + hex + " (spelled '" + byte_spelling(b) +
-                  "') has no token and the model has no unk_token");
+  return unk_id(std::string("byte ") + hex + " (spelled '" + byte_spelling(b) + "')");
+}
+
+int32_t BpeTokenizer::unk_id(const std::string& what) const {
+  if (unk_) return static_cast<int32_t>(*unk_);
+  throw UserError(source_ + ": " + what + " has no token and the model has no unk_token");
+}
+
+// A word's first symbols. Byte-level: one per byte. SentencePiece style (tokenizers' merge_word):
+// one per character in the vocabulary; any other character becomes its <0xNN> tokens when all of
+// them exist (byte_fallback), else unk, consecutive unks fused into one under fuse_unk. As in
+// tokenizers, a pending unk is written only before the next character found in the vocabulary.
+void BpeTokenizer::initial_symbols(const std::string& piece, std::vector<int32_t>& out) const {
+  if (byte_level_) {
+    for (char c : piece) out.push_back(byte_id(static_cast<unsigned char>(c)));
+    return;
+  }
+  bool pending_unk = false;
+  for (size_t pos = 0; pos < piece.size();) {
+    size_t len = utf8::sequence_length(piece, pos);
+    if (len == 0) len = 1;  // encode() has validated the text; this only guards the loop
+    const std::string character = piece.substr(pos, len);
+    pos += len;
+    if (const auto it = bytes_to_id_.find(character); it != bytes_to_id_.end()) {
+      if (pending_unk) out.push_back(unk_id(""));
+      pending_unk = false;
+      out.push_back(static_cast<int32_t>(it->second));
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (char c : character) all = all && fallback_ids_[static_cast<unsigned char>(c)] >= 0;
+      if (all) {
+        for (char c : character) out.push_back(fallback_ids_[static_cast<unsigned char>(c)]);
+        continue;
+      }
+    }
+    const int32_t unk = unk_id("character " + utf8::describe(utf8::decode_at(character, 0, len)));
+    if (pending_unk && !fuse_unk_) out.push_back(unk);
+    pending_unk = true;
+  }
+  if (pending_unk) out.push_back(unk_id(""));
 }
 
 void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& out) const {
@@ -344,7 +384,7 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
       return;
     }
   }
-  if (piece.size() == 1) {
+  if (byte_level_ && piece.size() == 1) {
     out.push_back(byte_id(static_cast<unsigned char>(piece[0])));
     return;
   }
@@ -380,11 +420,13 @@ void BpeTokenizer::merge_piece(const std::string& piece, std::vector<int32_t>& o
   const auto later = [](const Candidate& a, const Candidate& b) {
     return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
   };
-  const auto n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> initial;
+  initial_symbols(piece, initial);
+  const auto n = static_cast<int32_t>(initial.size());
+  if (n == 0) return;
   std::vector<Symbol> symbols(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i)
-    symbols[static_cast<size_t>(i)] = {byte_id(static_cast<unsigned char>(piece[static_cast<size_t>(i)])), i - 1,
-                                       i + 1 < n ? i + 1 : -1};
+    symbols[static_cast<size_t>(i)] = {initial[static_cast<size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1};
   std::vector<Candidate> heap;
   heap.reserve(static_cast<size_t>(n));
   const auto push_pair = [&](int32_t left) {
@@ -424,6 +466,16 @@ void BpeTokenizer::check_id(int64_t id) const {
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  if (!decoders_.empty()) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int64_t id : ids) {
+      check_id(id);
+      if (!(skip_special && special_[static_cast<size_t>(id)]))
+        tokens.push_back(token_strings_[static_cast<size_t>(id)]);
+    }
+    return run_decoders(decoders_, std::move(tokens));
+  }
   std::string bytes;
   for (int64_t id : ids) {
     check_id(id);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "models/tokenizers/bpe_tokenizer.h"
 #include "models/tokenizers/tokenizer.h"
+#include "models/tokenizers/utf8.h"
 
 namespace tandem::models {
 namespace {
@@ -86,12 +87,13 @@ void read_model(const Reader& r, const json& root, BpeSpec& spec) {
   const json* type = r.optional(model, "type");
   const std::string kind = type ? r.string(*type, "model.type") : (r.optional(model, "merges") ? "BPE" : "?");
   if (kind != "BPE")
-    r.fail("model.type", "'" + kind + "' is not supported; tandem reads byte-level BPE tokenizers only");
-  if (r.flag(model, "byte_fallback", "model", false))
-    r.fail("model.byte_fallback", "byte fallback (SentencePiece-style BPE) is not supported");
+    r.fail("model.type", "'" + kind + "' is not supported; tandem reads BPE tokenizers only (byte-level or " +
+                             "SentencePiece-style)");
+  spec.byte_fallback = r.flag(model, "byte_fallback", "model", false);
+  spec.fuse_unk = r.flag(model, "fuse_unk", "model", false);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const json* v = r.optional(model, key); v && !r.string(*v, Reader::join("model", key)).empty())
-      r.fail(Reader::join("model", key), "a non-empty value is not supported by byte-level BPE");
+      r.fail(Reader::join("model", key), "a non-empty value is not supported (WordPiece-style BPE)");
   if (const json* v = r.optional(model, "dropout")) {
     if (!v->is_number()) r.fail("model.dropout", std::string("expected a number, got ") + v->type_name());
     if (v->get<double>() != 0.0)
@@ -202,38 +204,140 @@ bool read_pre_tokenizer(const Reader& r, const json& node, const std::string& pa
     spec.stages.push_back(std::move(stage));
     return false;
   }
-  r.fail(Reader::join(path, "type"), "pre-tokenizer '" + type + "' is not supported (ByteLevel, Split, Sequence)");
+  if (type == "Metaspace") {
+    PreTokenizerStage stage;
+    stage.kind = PreTokenizerStage::Kind::kMetaspace;
+    stage.where = path;
+    stage.pattern = r.string(r.required(node, "replacement", path), Reader::join(path, "replacement"));
+    if (stage.pattern.empty()) r.fail(Reader::join(path, "replacement"), "must not be empty");
+    if (const json* scheme = r.optional(node, "prepend_scheme")) {
+      const std::string s = r.string(*scheme, Reader::join(path, "prepend_scheme"));
+      if (s == "always")
+        stage.prepend = PrependScheme::kAlways;
+      else if (s == "first")
+        stage.prepend = PrependScheme::kFirst;
+      else if (s == "never")
+        stage.prepend = PrependScheme::kNever;
+      else
+        r.fail(Reader::join(path, "prepend_scheme"), "'" + s + "' is not one of always|first|never");
+    } else {
+      // Files written before prepend_scheme say add_prefix_space instead.
+      stage.prepend = r.flag(node, "add_prefix_space", path, true) ? PrependScheme::kAlways : PrependScheme::kNever;
+    }
+    stage.split = r.flag(node, "split", path, true);
+    spec.stages.push_back(std::move(stage));
+    return false;
+  }
+  r.fail(Reader::join(path, "type"),
+         "pre-tokenizer '" + type + "' is not supported (ByteLevel, Metaspace, Split, Sequence)");
 }
 
-// NFC, or a Sequence of NFCs, or an empty Sequence (DeepSeek-V3's: no normalization). Any other
-// normalizer is an error naming it: skipping one would tokenize differently from Hugging Face.
-void read_normalizer(const Reader& r, const json& root, BpeSpec& spec) {
-  const json* node = r.optional(root, "normalizer");
-  if (!node || node->is_null()) return;
-  r.object(*node, "normalizer");
-  const std::string type = r.string(r.required(*node, "type", "normalizer"), "normalizer.type");
-  if (type == "NFC") {
-    spec.nfc = true;
+// A Replace step's pattern: {"String": s} only (a regex pattern is named as unsupported).
+std::string literal_pattern(const Reader& r, const json& node, const std::string& path) {
+  const std::string pattern_path = Reader::join(path, "pattern");
+  const json& pattern = r.object(r.required(node, "pattern", path), pattern_path);
+  const json* literal = r.optional(pattern, "String");
+  if (!literal) r.fail(pattern_path, "only a {\"String\": ...} pattern is supported");
+  const std::string s = r.string(*literal, Reader::join(pattern_path, "String"));
+  if (s.empty()) r.fail(Reader::join(pattern_path, "String"), "must not be empty");
+  return s;
+}
+
+constexpr const char* kNormalizers = "NFC, NFKC, Prepend, Replace, Sequence";
+
+void read_normalizer_node(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
+  if (depth > 8) r.fail(path, "normalizers are nested too deeply");
+  r.object(node, path);
+  const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
+  NormalizerStep step;
+  if (type == "Sequence") {
+    const std::string list_path = Reader::join(path, "normalizers");
+    const json& list = r.array(r.required(node, "normalizers", path), list_path);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_normalizer_node(r, list[i], Reader::index(list_path, i), spec, depth + 1);
     return;
   }
-  if (type != "Sequence") r.fail("normalizer.type", "normalizer '" + type + "' is not supported (NFC, Sequence)");
-  const json& list = r.array(r.required(*node, "normalizers", "normalizer"), "normalizer.normalizers");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string path = Reader::index("normalizer.normalizers", i);
-    const json& item = r.object(list[i], path);
-    const std::string item_type = r.string(r.required(item, "type", path), Reader::join(path, "type"));
-    if (item_type != "NFC")
-      r.fail(Reader::join(path, "type"), "normalizer '" + item_type + "' is not supported (NFC, Sequence)");
-    spec.nfc = true;
+  if (type == "NFC") {
+    step.kind = NormalizerStep::Kind::kNfc;
+  } else if (type == "NFKC") {
+    step.kind = NormalizerStep::Kind::kNfkc;
+  } else if (type == "Prepend") {
+    step.kind = NormalizerStep::Kind::kPrepend;
+    step.text = r.string(r.required(node, "prepend", path), Reader::join(path, "prepend"));
+  } else if (type == "Replace") {
+    step.kind = NormalizerStep::Kind::kReplace;
+    step.text = literal_pattern(r, node, path);
+    step.content = r.string(r.required(node, "content", path), Reader::join(path, "content"));
+  } else {
+    r.fail(Reader::join(path, "type"), "normalizer '" + type + "' is not supported (" + kNormalizers + ")");
   }
+  spec.normalizers.push_back(std::move(step));
 }
 
-void read_decoder(const Reader& r, const json& root) {
+// Any normalizer tandem does not implement is an error naming it: skipping one would tokenize
+// differently from Hugging Face. An empty Sequence (DeepSeek-V3's) is no normalization.
+void read_normalizer(const Reader& r, const json& root, BpeSpec& spec) {
+  const json* node = r.optional(root, "normalizer");
+  if (node) read_normalizer_node(r, *node, "normalizer", spec, 0);
+}
+
+void read_decoder_node(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
+  if (depth > 8) r.fail(path, "decoders are nested too deeply");
+  r.object(node, path);
+  const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
+  DecoderStep step;
+  if (type == "Sequence") {
+    const std::string list_path = Reader::join(path, "decoders");
+    const json& list = r.array(r.required(node, "decoders", path), list_path);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_decoder_node(r, list[i], Reader::index(list_path, i), spec, depth + 1);
+    return;
+  }
+  if (type == "ByteLevel") {
+    step.kind = DecoderStep::Kind::kByteLevel;
+  } else if (type == "Replace") {
+    step.kind = DecoderStep::Kind::kReplace;
+    step.text = literal_pattern(r, node, path);
+    step.content = r.string(r.required(node, "content", path), Reader::join(path, "content"));
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderStep::Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderStep::Kind::kFuse;
+  } else if (type == "Strip") {
+    step.kind = DecoderStep::Kind::kStrip;
+    step.text = r.string(r.required(node, "content", path), Reader::join(path, "content"));
+    if (utf8::first_invalid(step.text) || step.text.empty() || utf8::sequence_length(step.text, 0) != step.text.size())
+      r.fail(Reader::join(path, "content"), "expected one character");
+    step.start = r.integer(r.required(node, "start", path), Reader::join(path, "start"));
+    step.stop = r.integer(r.required(node, "stop", path), Reader::join(path, "stop"));
+    if (step.start < 0 || step.stop < 0) r.fail(path, "start and stop must not be negative");
+  } else if (type == "Metaspace") {
+    step.kind = DecoderStep::Kind::kMetaspace;
+    step.text = r.string(r.required(node, "replacement", path), Reader::join(path, "replacement"));
+    if (step.text.empty()) r.fail(Reader::join(path, "replacement"), "must not be empty");
+    if (const json* scheme = r.optional(node, "prepend_scheme"))
+      step.drop_first = r.string(*scheme, Reader::join(path, "prepend_scheme")) != "never";
+    else
+      step.drop_first = r.flag(node, "add_prefix_space", path, true);
+  } else {
+    r.fail(
+        Reader::join(path, "type"),
+        "decoder '" + type + "' is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");
+  }
+  spec.decoders.push_back(std::move(step));
+}
+
+// A byte-level tokenizer whose decoder is exactly ByteLevel (or absent, as before) keeps the fast
+// byte path; any other decoder runs step by step. A SentencePiece-style tokenizer needs one.
+void read_decoder(const Reader& r, const json& root, BpeSpec& spec) {
   const json* node = r.optional(root, "decoder");
-  if (!node) return;
-  r.object(*node, "decoder");
-  const std::string type = r.string(r.required(*node, "type", "decoder"), "decoder.type");
-  if (type != "ByteLevel") r.fail("decoder.type", "'" + type + "' is not supported; expected ByteLevel");
+  if (!node) {
+    if (!spec.byte_level) r.fail("decoder", "missing; a tokenizer without a ByteLevel pre-tokenizer needs a decoder");
+    return;
+  }
+  read_decoder_node(r, *node, "decoder", spec, 0);
+  if (spec.byte_level && spec.decoders.size() == 1 && spec.decoders[0].kind == DecoderStep::Kind::kByteLevel)
+    spec.decoders.clear();
 }
 
 // bos_token / eos_token / pad_token are a string, null, or an AddedToken object with "content".
@@ -257,10 +361,12 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json,
     read_model(r, root, spec);
     read_added_tokens(r, root, spec);
     read_normalizer(r, root, spec);
+    // Without a ByteLevel pre-tokenizer the vocabulary spells characters (SentencePiece style).
     const json* pre = r.optional(root, "pre_tokenizer");
-    if (!pre || !read_pre_tokenizer(r, *pre, "pre_tokenizer", spec, 0))
-      r.fail("pre_tokenizer", "no ByteLevel pre-tokenizer; tandem reads byte-level BPE tokenizers only");
-    read_decoder(r, root);
+    spec.byte_level = pre && read_pre_tokenizer(r, *pre, "pre_tokenizer", spec, 0);
+    if (spec.byte_level && spec.byte_fallback)
+      r.fail("model.byte_fallback", "byte fallback with a ByteLevel pre-tokenizer is not supported");
+    read_decoder(r, root, spec);
     // post_processor is not read: encode() never adds BOS/EOS, the caller lays out the prompt.
     if (!tokenizer_config_json.empty()) {
       const std::string config_source = "tokenizer_config.json beside " + source;

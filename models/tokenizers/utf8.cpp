@@ -124,17 +124,28 @@ std::string describe(uint32_t cp) {
   return out + "' (" + code + ")";
 }
 
-std::string nfc(std::string_view s) {
+namespace {
+
+std::string utf8proc_normalize(std::string_view s, utf8proc_option_t options) {
   bool ascii = true;  // ASCII is its own normal form: the common case costs one scan
   for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(s);
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          static_cast<utf8proc_ssize_t>(s.size()), &out, options);
   if (n < 0) throw std::invalid_argument(std::string("utf8proc: ") + utf8proc_errmsg(n));
   const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string nfc(std::string_view s) {
+  return utf8proc_normalize(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+}
+
+std::string nfkc(std::string_view s) {
+  return utf8proc_normalize(s, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
 }
 
 }  // namespace tandem::models::utf8

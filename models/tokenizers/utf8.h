@@ -28,6 +28,9 @@ std::string make_valid(std::string_view s);
 // normalizer of a tokenizer.json applies before splitting.
 std::string nfc(std::string_view s);
 
+// Normalization form KC (compatibility decomposition, then composition): the NFKC normalizer.
+std::string nfkc(std::string_view s);
+
 // "'x' (U+0078)" for messages; control characters are shown by code point only.
 std::string describe(uint32_t code_point);
 

@@ -80,11 +80,12 @@ void check_equal(const Outcome& got, const Outcome& ref, const models::LlamaConf
 }
 
 // A config that splits over 4 tp ranks (8 heads, 4 kv heads) with an uneven vocab and MLP.
-models::LlamaConfig wide_config(bool qwen3 = false) {
+models::LlamaConfig wide_config(const std::string& family = "qwen2") {
   models::LlamaConfig c;
   c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 8, c.num_kv_heads = 4;
-  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = !qwen3, c.initializer_range = 0.3;
-  if (qwen3) c.qk_norm = true, c.explicit_head_dim = 12;  // Qwen3: q/k norms, head_dim != hidden / heads
+  c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = family == "qwen2", c.initializer_range = 0.3;
+  if (family == "qwen3") c.qk_norm = true, c.explicit_head_dim = 12;  // Qwen3: q/k norms, head_dim != hidden / heads
+  if (family == "mistral") c.sliding_window = 4;  // shorter than the 5-, 9- and 12-token sequences, and cp shards
   return c;
 }
 
@@ -94,11 +95,11 @@ const std::vector<Layout> kLayouts{{2, 1}, {1, 2}, {2, 2}, {1, 4}, {4, 1}};
 
 TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-10)", "[mpi][llama]") {
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
-  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide", "wide_qwen3"}) {
+  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide", "wide_qwen3", "wide_mistral"}) {
     const bool wide = name.rfind("wide", 0) == 0;
     auto make = [&](const parallel::ParallelContext& ctx) {
       if (!wide) return models::load_llama(test::llama_fixture(name), ctx, torch::kFloat64);
-      models::LlamaForCausalLM m(wide_config(name == "wide_qwen3"), ctx, 3);
+      models::LlamaForCausalLM m(wide_config(name == "wide" ? "qwen2" : name.substr(5)), ctx, 3);
       m->to(torch::kFloat64);
       return m;
     };
@@ -127,10 +128,13 @@ TEST_CASE("tp and cp on the fused attention kernels, with layer recompute, equal
   // The flash kernels run float64, so the same tolerance holds: cp shards past their sequence's
   // start take the prefixed form (prefix keys from the other ranks, own keys causal), and every
   // layer is replayed in the backward, its cp gather and tp reductions included.
+  // Mistral's window: padded runs the fused kernel with the band in its mask; packed, whose
+  // sequences outgrow the window, falls back to the materialised plan.
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
-  for (const bool recompute : {false, true}) {
+  for (const auto& [family, recompute] :
+       {std::pair{"qwen2", false}, std::pair{"qwen2", true}, std::pair{"mistral", false}, std::pair{"mistral", true}}) {
     auto make = [&](const parallel::ParallelContext& ctx) {
-      models::LlamaForCausalLM m(wide_config(), ctx, 3);
+      models::LlamaForCausalLM m(wide_config(family), ctx, 3);
       m->to(torch::kFloat64);
       m->set_execution(models::AttentionKernel::kFused, recompute);
       return m;
@@ -146,7 +150,7 @@ TEST_CASE("tp and cp on the fused attention kernels, with layer recompute, equal
     const Outcome ref_packed = run(single, b, true), ref_padded = real_logits(run(single, b, false));
     for (const Layout l : kLayouts) {
       if (!fits(l)) continue;
-      INFO("recompute " << recompute << " tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
+      INFO(family << " recompute " << recompute << " tp=" << l.tp << " cp=" << l.cp << " world=" << test::world_size());
       Groups g(l);
       models::LlamaForCausalLM model = make(g.ctx);
       check_equal(run(model, b, true), ref_packed, single->config(), g);
