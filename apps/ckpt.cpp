@@ -82,7 +82,13 @@ int run_ckpt_info(const std::string& path) {
               << to_string(m.rope_scaling.type) << "  rms_eps " << m.rms_eps << "  tied "
               << (m.tie_embeddings ? "yes" : "no") << "  qkv_bias " << (m.qkv_bias ? "yes" : "no") << "  qk_norm "
               << (m.qk_norm ? "yes" : "no") << "  sliding_window "
-              << (m.sliding_window ? std::to_string(*m.sliding_window) : std::string("none")) << "\n";
+              << (m.sliding_window ? std::to_string(*m.sliding_window) : std::string("none")) << "  block "
+              << to_string(m.block) << "\n";
+    if (!m.full_attention_layers.empty()) {
+      std::cout << "  full_attention_layers";
+      for (const int64_t l : m.full_attention_layers) std::cout << " " << l;
+      std::cout << "  rope_local_theta " << (m.rope_local_theta ? std::to_string(*m.rope_local_theta) : "none") << "\n";
+    }
   }
   if (state.contains("tracks"))
     for (const auto& [track, s] : state["tracks"].items()) std::cout << "track " << track << ": " << s.dump() << "\n";

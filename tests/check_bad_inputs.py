@@ -135,6 +135,14 @@ shard = sorted(d.glob("*.safetensors"))[0]
 shard.write_bytes(shard.read_bytes()[:-7])
 expect("a truncated weight shard", with_hf(d), shard.name)
 expect("hf_dir that does not exist", with_hf(work / "no_model"), "no such directory")
+expect("a Gemma 3 image + text config.json", with_hf(hf_copy("gemma3mm", lambda c: c.update(model_type="gemma3"))),
+       "Gemma3ForConditionalGeneration")
+expect("block gemma3 without a window", ["check-config", "--set", "tracks.ar.model.block=gemma3",
+                                         "--set", "tracks.ar.model.qk_norm=true"],
+       "tracks.ar.model.sliding_window: must be set")
+expect("full_attention_layers past the last layer", ["check-config", "--set", "tracks.ar.model.sliding_window=8",
+                                                     "--set", "tracks.ar.model.full_attention_layers=[1,3]"],
+       "tracks.ar.model.full_attention_layers: names layer 3 but the model has 3")
 
 # NaN in a weight: only loading reads data, so generate --model meets it.
 d = hf_copy("nan")

@@ -143,6 +143,85 @@ TEST_CASE("transformers 5's config.json spelling and Qwen3 map to LlamaConfig an
   CHECK_THROWS_WITH(models::from_hf_config(sliding), Catch::Contains("layer_types"));
 }
 
+TEST_CASE("Gemma 3's config.json in both spellings maps to LlamaConfig and back", "[llama]") {
+  // What Gemma3TextConfig(...).save_pretrained writes with transformers 5.
+  const nlohmann::json v5 = nlohmann::json::parse(R"({
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "attention_bias": false,
+    "attn_logit_softcapping": null, "final_logit_softcapping": null, "dtype": "float32", "head_dim": 16,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 131072, "vocab_size": 64,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "query_pre_attn_scalar": 24, "rms_norm_eps": 1e-06, "sliding_window": 4, "sliding_window_pattern": 2,
+    "tie_word_embeddings": true, "use_bidirectional_attention": false,
+    "rope_parameters": {"full_attention": {"factor": 2.0, "rope_theta": 1000000.0, "rope_type": "linear"},
+                        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}})");
+  const models::LlamaConfig c = models::from_hf_config(v5);
+  CHECK(c.block == models::DecoderBlock::kGemma3);
+  CHECK(c.qk_norm);
+  CHECK(c.tie_embeddings);
+  CHECK(c.head_dim() == 16);
+  CHECK(c.sliding_window == 4);
+  CHECK(c.full_attention_layers == std::vector<int64_t>{1, 3});
+  CHECK(c.layer_sliding(0));
+  CHECK(!c.layer_sliding(1));
+  CHECK(c.mixed_layers());
+  CHECK(c.rope_theta == 1e6);
+  CHECK(c.rope_local_theta == 1e4);
+  CHECK(c.rope_scaling.kind == models::RopeScalingKind::kLinear);
+  CHECK(c.rope_scaling.factor == 2.0);
+  CHECK(c.query_pre_attn_scalar == 24);
+  const nlohmann::json out = models::to_hf_config(c, torch::kBFloat16, v5);
+  for (const char* key : {"architectures", "model_type", "layer_types", "rope_parameters", "sliding_window",
+                          "query_pre_attn_scalar", "hidden_activation", "head_dim"}) {
+    INFO(key);
+    CHECK(out.at(key) == v5.at(key));
+  }
+  CHECK(out.at("dtype") == "bfloat16");
+  CHECK(!out.contains("hidden_act"));
+  // The hub's gemma-3-1b spelling (transformers 4): sliding_window_pattern, rope_local_base_freq,
+  // rope_theta and rope_scaling at the top level; head_dim and tie_word_embeddings by default.
+  nlohmann::json v4 = nlohmann::json::parse(R"({
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
+    "num_key_value_heads": 1, "max_position_embeddings": 32768, "vocab_size": 262144, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+    "attn_logit_softcapping": null, "final_logit_softcapping": null})");
+  const models::LlamaConfig one_b = models::from_hf_config(v4);
+  CHECK(one_b.head_dim() == 256);
+  CHECK(one_b.tie_embeddings);
+  CHECK(one_b.full_attention_layers == std::vector<int64_t>{5, 11, 17, 23});
+  CHECK(one_b.rope_local_theta == 1e4);
+  CHECK(one_b.rope_theta == 1e6);
+  const nlohmann::json one_b_out = models::to_hf_config(one_b, torch::kBFloat16, v4);
+  CHECK(one_b_out.at("rope_local_base_freq") == 1e4);
+  CHECK(one_b_out.at("layer_types").size() == 26);
+  CHECK(!one_b_out.contains("sliding_window_pattern"));
+  const models::LlamaConfig again = models::from_hf_config(one_b_out);
+  CHECK(again.full_attention_layers == one_b.full_attention_layers);
+  CHECK(again.head_dim() == 256);
+  // Every Gemma feature tandem lacks is refused by name.
+  const auto refused = [&](const char* key, const nlohmann::json& value, const std::string& needle) {
+    nlohmann::json j = v5;
+    j[key] = value;
+    INFO(key);
+    CHECK_THROWS_WITH(models::from_hf_config(j, "g.json"), Catch::Contains(needle) && Catch::Contains("g.json"));
+  };
+  refused("final_logit_softcapping", 30.0, "final_logit_softcapping is not supported");
+  refused("attn_logit_softcapping", 50.0, "attn_logit_softcapping is not supported");
+  refused("use_bidirectional_attention", true, "use_bidirectional_attention");
+  refused("hidden_activation", "gelu", "hidden_activation must be gelu_pytorch_tanh");
+  refused("attention_bias", true, "attention_bias");
+  refused("sliding_window", nullptr, "sliding_window must be an integer");
+  refused("layer_types", {"sliding_attention", "full_attention"}, "one type per layer (4)");
+  refused("layer_types", {"sliding_attention", "chunked_attention", "full_attention", "full_attention"},
+          "'chunked_attention'");
+  refused("rope_parameters",
+          {{"full_attention", {{"rope_type", "default"}}},
+           {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}},
+          "rope_parameters.sliding_attention must be rope_type default");
+}
+
 TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field", "[llama]") {
   const nlohmann::json good = models::read_hf_config(test::llama_fixture("tiny_llama"));
   const auto fails_with = [&](const char* key, const nlohmann::json& value, const std::string& needle) {
@@ -163,7 +242,9 @@ TEST_CASE("unsupported or malformed HF configs are UserErrors naming the field",
   fails_with("intermediate_size", int64_t{1} << 40, "intermediate_size");
   fails_with("num_hidden_layers", 0, "num_hidden_layers 0 is out of range");
   fails_with("attention_bias", true, "attention_bias");
-  fails_with("model_type", "gemma3_text", "model_type 'gemma3_text' is not supported (llama, mistral, qwen2 or qwen3)");
+  fails_with("model_type", "gemma2",
+             "model_type 'gemma2' is not supported (llama, mistral, qwen2, qwen3 or gemma3_text)");
+  fails_with("model_type", "gemma3", "Gemma3ForConditionalGeneration");
   {  // Mistral: the window read from config.json and written back; null is no window; Qwen2's is ignored.
     nlohmann::json m = good;
     m["model_type"] = "mistral";

@@ -119,13 +119,30 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   }
   require(m.num_heads % m.num_kv_heads == 0, mp + ".num_kv_heads",
           std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
+  for (const int64_t l : m.full_attention_layers)
+    require(l < m.num_layers, mp + ".full_attention_layers",
+            "names layer " + std::to_string(l) + " but the model has " + std::to_string(m.num_layers) +
+                " (layers count from 0)");
+  require(m.sliding_window || (m.full_attention_layers.empty() && !m.rope_local_theta),
+          m.full_attention_layers.empty() ? mp + ".rope_local_theta" : mp + ".full_attention_layers",
+          "applies to the sliding-window layers: set sliding_window too");
+  if (m.block == ArBlock::kGemma3) {
+    const std::string why = " (block gemma3: Gemma 3's decoder layer)";
+    require(m.sliding_window.has_value(), mp + ".sliding_window", "must be set: the window of its local layers" + why);
+    require(m.qk_norm, mp + ".qk_norm", "must be true: its attention normalises queries and keys" + why);
+    require(!m.qkv_bias, mp + ".qkv_bias", "must be false: its projections have no biases" + why);
+    require(m.rope_scaling.type == RopeType::kNone || m.rope_local_theta.has_value(), mp + ".rope_local_theta",
+            "must be set with rope_scaling: its local layers keep their own, unscaled RoPE base" + why);
+  } else {
+    require(!m.query_pre_attn_scalar, mp + ".query_pre_attn_scalar", "applies to block gemma3 only");
+  }
   text_policy_spec(m.arch).validate(c);
   if (!m.hf_dir) {
     // A fresh model is sized from these keys: refuse one this machine cannot hold before anything
     // is allocated (float32 weights, gradients and two AdamW moments: 16 bytes a parameter).
     const double d = static_cast<double>(m.hidden_size), f = static_cast<double>(m.intermediate_size);
     const double hd = static_cast<double>(head_dim), v = static_cast<double>(m.vocab_size);
-    const double per_layer = d * hd * static_cast<double>(2 * m.num_heads + 2 * m.num_kv_heads) + 3 * d * f + 2 * d;
+    const double per_layer = d * hd * static_cast<double>(2 * m.num_heads + 2 * m.num_kv_heads) + 3 * d * f + 4 * d;
     const double params = v * d * (m.tie_embeddings ? 1 : 2) + static_cast<double>(m.num_layers) * per_layer + d;
     const double need = params * 16, have = physical_memory_bytes();
     require(have <= 0 || need <= have, mp,

@@ -105,6 +105,14 @@ struct ArModelConfig {
   std::optional<int64_t> head_dim;  // null: hidden_size / num_heads
   // Mistral: every layer's query sees the last sliding_window positions (itself included); null: all.
   std::optional<int64_t> sliding_window;
+  // Gemma 3: the layers without the window (its full_attention layers; empty: every layer has it),
+  // and the RoPE base of the windowed ones (null: rope_theta and rope_scaling, as the others).
+  std::vector<int64_t> full_attention_layers;
+  std::optional<double> rope_local_theta;
+  // llama: x + attn(norm(x)), + mlp(norm(x)), SwiGLU; gemma3: norms before and after attention and
+  // MLP scaled by (1 + w), GeGLU (tanh GELU), embeddings times sqrt(hidden_size).
+  ArBlock block = ArBlock::kLlama;
+  std::optional<double> query_pre_attn_scalar;  // Gemma 3: scores are q.k / sqrt(this); null: head_dim
   RopeScalingConfig rope_scaling;
   std::optional<int64_t> bos_token_id;  // the model's own (config.json / generation_config.json)
   std::vector<int64_t> eos_token_ids;   // every id that ends a response (config + generation_config)

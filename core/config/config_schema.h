@@ -110,6 +110,10 @@ void visit(V& v, ArModelConfig& c) {
   v.field("qk_norm", c.qk_norm);
   v.field("head_dim", c.head_dim, closed(2, 16777216));
   v.field("sliding_window", c.sliding_window, closed(1, 16777216));
+  v.field("full_attention_layers", c.full_attention_layers, at_least(0));
+  v.field("rope_local_theta", c.rope_local_theta, above(0));
+  v.field("block", c.block);
+  v.field("query_pre_attn_scalar", c.query_pre_attn_scalar, above(0));
   v.section("rope_scaling", c.rope_scaling);
   v.field("bos_token_id", c.bos_token_id, at_least(0));
   v.field("eos_token_ids", c.eos_token_ids, at_least(0));

@@ -25,6 +25,8 @@ enum class CfgGrad { kFull, kCondOnly };
 enum class RopeType { kNone, kLinear, kLlama3 };
 // The AR policy: a Llama / Qwen2 decoder, or the shared text + image transformer (models/unified).
 enum class ArArch { kLlama, kUnified };
+// The llama arch's decoder layer: Llama's (also Qwen2, Qwen3, Mistral) or Gemma 3's.
+enum class ArBlock { kLlama, kGemma3 };
 // The image policy: the track's own DiT, or the AR track's unified model prompted by text.
 enum class ImageArch { kDit, kShared };
 // A GRPO group's prompt computed once (rollout prefill and packed training micros) or per sample.
@@ -66,6 +68,7 @@ TANDEM_ENUM_NAMES(AttentionImpl, 3, {AttentionImpl::kAuto, "auto"}, {AttentionIm
 TANDEM_ENUM_NAMES(Recompute, 2, {Recompute::kNone, "none"}, {Recompute::kLayers, "layers"})
 TANDEM_ENUM_NAMES(RopeType, 3, {RopeType::kNone, "none"}, {RopeType::kLinear, "linear"}, {RopeType::kLlama3, "llama3"})
 TANDEM_ENUM_NAMES(ArArch, 2, {ArArch::kLlama, "llama"}, {ArArch::kUnified, "unified"})
+TANDEM_ENUM_NAMES(ArBlock, 2, {ArBlock::kLlama, "llama"}, {ArBlock::kGemma3, "gemma3"})
 TANDEM_ENUM_NAMES(ImageArch, 2, {ImageArch::kDit, "dit"}, {ImageArch::kShared, "shared"})
 TANDEM_ENUM_NAMES(SharePrompt, 2, {SharePrompt::kAuto, "auto"}, {SharePrompt::kOff, "off"})
 #undef TANDEM_ENUM_NAMES

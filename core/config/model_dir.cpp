@@ -91,6 +91,10 @@ ModelDir read_model_dir(const std::string& dir) {
   m.qk_norm = c.qk_norm;
   m.head_dim = c.head_dim();
   m.sliding_window = c.sliding_window > 0 ? std::optional<int64_t>(c.sliding_window) : std::nullopt;
+  m.full_attention_layers = c.full_attention_layers;
+  if (c.rope_local_theta > 0) m.rope_local_theta = c.rope_local_theta;
+  m.block = c.block == models::DecoderBlock::kGemma3 ? ArBlock::kGemma3 : ArBlock::kLlama;
+  if (c.query_pre_attn_scalar > 0) m.query_pre_attn_scalar = c.query_pre_attn_scalar;
   m.rope_scaling.type = rope_type(c.rope_scaling.kind);
   m.rope_scaling.factor = c.rope_scaling.factor;
   m.rope_scaling.low_freq_factor = c.rope_scaling.low_freq_factor;
@@ -154,6 +158,12 @@ void resolve_model_dir(Config& config, const std::set<std::string>& given) {
   if (m.head_dim) agree("head_dim", m.head_dim, truth.head_dim);
   if (m.sliding_window || truth.sliding_window)
     agree("sliding_window", m.sliding_window.value_or(0), truth.sliding_window.value_or(0));
+  agree("full_attention_layers", m.full_attention_layers, truth.full_attention_layers);
+  if (m.rope_local_theta || truth.rope_local_theta)
+    agree("rope_local_theta", m.rope_local_theta.value_or(0), truth.rope_local_theta.value_or(0));
+  agree("block", std::string(to_string(m.block)), std::string(to_string(truth.block)));
+  if (m.query_pre_attn_scalar || truth.query_pre_attn_scalar)
+    agree("query_pre_attn_scalar", m.query_pre_attn_scalar.value_or(0), truth.query_pre_attn_scalar.value_or(0));
   agree("rope_scaling.type", std::string(to_string(m.rope_scaling.type)),
         std::string(to_string(truth.rope_scaling.type)));
   agree("rope_scaling.factor", m.rope_scaling.factor, truth.rope_scaling.factor);

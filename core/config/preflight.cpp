@@ -108,10 +108,8 @@ void check_ar(const Config& c, std::vector<std::string>& done) {
   const std::unique_ptr<models::Tokenizer> tokenizer = ar.tokenizer.kind == TokenizerKind::kChar
                                                            ? models::make_char_tokenizer(ar.tokenizer.alphabet)
                                                            : models::load_hf_tokenizer(*ar.tokenizer.path);
-  if (tokenizer->vocab_size() > ar.model.vocab_size)
-    throw UserError("tracks.ar.tokenizer: " + (ar.tokenizer.path ? *ar.tokenizer.path : std::string("char")) + " has " +
-                    std::to_string(tokenizer->vocab_size()) + " ids but the model's vocabulary has " +
-                    std::to_string(ar.model.vocab_size) + "; the tokenizer does not belong to this model");
+  check_tokenizer_fits(*tokenizer, ar.model.vocab_size,
+                       "tracks.ar.tokenizer: " + (ar.tokenizer.path ? *ar.tokenizer.path : std::string("char")));
   const PromptFormat format(prompt_format_options(ar), *tokenizer);
   if (format.stop_ids().empty())
     throw UserError(

@@ -29,6 +29,7 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   top_k_ = ar.rollout.top_k;
   max_batch_ = ar.rollout.max_batch;
   max_live_ = ar.rollout.max_live;
+  vocab_limit_ = std::min(tokenizer.vocab_size(), ar.model.vocab_size);
   share_prompts_ = ar.share_prompt == SharePrompt::kAuto;
   ArTrackConfig held_out = ar;
   held_out.data = eval_.data;
@@ -54,7 +55,7 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   sp.max_new_tokens = max_new_tokens_;
   sp.max_batch = max_batch_;
   sp.max_live = max_live_;
-  sp.vocab_limit = tokenizer_.vocab_size();
+  sp.vocab_limit = vocab_limit_;
   sp.stop_ids = format_->stop_ids();
   sp.share_prompts = share_prompts_;  // a prompt's k samples prefill it once
   models::SamplingParams greedy = sp;

@@ -98,6 +98,10 @@ models::LlamaConfig llama_config(const ArModelConfig& m) {
   c.qkv_bias = m.qkv_bias;
   c.qk_norm = m.qk_norm;
   c.sliding_window = m.sliding_window.value_or(0);
+  c.full_attention_layers = m.full_attention_layers;
+  c.rope_local_theta = m.rope_local_theta.value_or(0);
+  c.block = m.block == ArBlock::kGemma3 ? models::DecoderBlock::kGemma3 : models::DecoderBlock::kLlama;
+  c.query_pre_attn_scalar = m.query_pre_attn_scalar.value_or(0);
   if (m.head_dim && (m.num_heads <= 0 || *m.head_dim * m.num_heads != m.hidden_size)) c.explicit_head_dim = *m.head_dim;
   const RopeScalingConfig& r = m.rope_scaling;
   c.rope_scaling.kind = r.type == RopeType::kLinear   ? models::RopeScalingKind::kLinear

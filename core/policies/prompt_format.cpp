@@ -80,6 +80,7 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
     add_unique(stop_ids_, *id);
   }
   for (const int64_t id : o.model_eos_ids) add_unique(stop_ids_, id);
+  model_vocab_ = o.model_vocab;
   if (chat_template_) render("check");  // a template that cannot render a plain turn fails now, not mid-run
 }
 
@@ -99,7 +100,21 @@ std::vector<int64_t> PromptFormat::encode(const std::string& prompt) const {
     if (auto bos = tokenizer_.bos_id()) ids.push_back(*bos);
   const std::vector<int64_t> body = tokenizer_.encode(render(prompt));
   ids.insert(ids.end(), body.begin(), body.end());
+  if (model_vocab_ > 0)
+    for (const int64_t id : ids)
+      if (id >= model_vocab_)
+        throw UserError("a prompt encodes to token " + tokenizer_.id_to_token(id) + " (id " + std::to_string(id) +
+                        "), past the model's vocabulary of " + std::to_string(model_vocab_) +
+                        " ids; remove that text from the prompt: \"" + prompt.substr(0, 80) + "\"");
   return ids;
+}
+
+void check_tokenizer_fits(const models::Tokenizer& tokenizer, int64_t model_vocab, const std::string& what) {
+  for (int64_t id = model_vocab; id < tokenizer.vocab_size(); ++id)
+    if (!tokenizer.is_special(id))
+      throw UserError(what + " has " + std::to_string(tokenizer.vocab_size()) + " ids but the model's vocabulary has " +
+                      std::to_string(model_vocab) + " (token " + std::to_string(id) +
+                      " is no special token); the tokenizer does not belong to this model");
 }
 
 const std::string& PromptFormat::template_source() const {

@@ -27,6 +27,8 @@ struct PromptFormatOptions {
   std::map<std::string, std::string> template_kwargs;  // extra template variables, values as JSON text
   std::optional<std::string> tokenizer_path;           // the tokenizer.json (or its directory); unset: char
   std::vector<int64_t> model_eos_ids;                  // config.json / generation_config.json
+  // The model's vocabulary (0: no model): a prompt that encodes to an id past it is refused.
+  int64_t model_vocab = 0;
   // Where the options came from, for messages ("tracks.ar.data.chat_template", "--chat-template").
   std::string origin = "tracks.ar.data.chat_template";
 };
@@ -64,7 +66,13 @@ class PromptFormat {
   std::string template_origin_;
   bool from_file_ = false;
   std::optional<std::string> system_prompt_;
+  int64_t model_vocab_ = 0;
   std::vector<int64_t> stop_ids_;
 };
+
+// Throws UserError (naming `what`) when the model's vocabulary cannot hold the tokenizer's: a
+// tokenizer may run past it only with special tokens a prompt would have to spell out (Gemma 3 1B's
+// <image_soft_token>, id 262144 of a 262144-id model), which encode() then refuses.
+void check_tokenizer_fits(const models::Tokenizer& tokenizer, int64_t model_vocab, const std::string& what);
 
 }  // namespace tandem

@@ -53,6 +53,8 @@ void validate_unified(const Config& c) {
   require(!m.qkv_bias, mp + ".qkv_bias", "must be false: its projections have no biases" + why);
   require(!m.qk_norm, mp + ".qk_norm", "must be false: its attention has no q/k norms" + why);
   require(!m.sliding_window, mp + ".sliding_window", "must be null: its attention has no sliding window" + why);
+  require(m.block == ArBlock::kLlama, mp + ".block", "must be llama: its layers are the shared transformer's" + why);
+  require(!m.query_pre_attn_scalar, mp + ".query_pre_attn_scalar", "must be null" + why);
   require(!m.head_dim || *m.head_dim * m.num_heads == m.hidden_size, mp + ".head_dim",
           "must be null or hidden_size / num_heads" + why);
   require(m.rope_scaling.type == RopeType::kNone, mp + ".rope_scaling.type", "must be none" + why);

@@ -47,6 +47,7 @@ PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
   o.template_kwargs = ar.data.chat_template_kwargs;
   if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
   o.model_eos_ids = ar.model.eos_token_ids;
+  o.model_vocab = ar.model.vocab_size;
   return o;
 }
 
@@ -67,11 +68,9 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   dp_rank_ = comms.dp->rank();
   dp_size_ = comms.dp->size();
   tokenizer_ = make_tokenizer(ar.tokenizer);
-  if (ar.model.vocab_size < tokenizer_->vocab_size())
-    throw UserError("tracks.ar.model.vocab_size: " + std::to_string(ar.model.vocab_size) +
-                    " is smaller than the tokenizer's vocabulary (" + std::to_string(tokenizer_->vocab_size()) +
-                    (ar.model.hf_dir ? "); the tokenizer does not belong to the model in " + *ar.model.hf_dir
-                                     : std::string("); raise it")));
+  check_tokenizer_fits(*tokenizer_, ar.model.vocab_size,
+                       "tracks.ar.model.vocab_size: the tokenizer" +
+                           (ar.model.hf_dir ? " (of the model in " + *ar.model.hf_dir + ")" : std::string()));
   format_ = std::make_unique<PromptFormat>(prompt_format_options(ar), *tokenizer_);
   spdlog::info("ar prompts: {}", format_->describe());
   const auto load_start = std::chrono::steady_clock::now();
@@ -96,10 +95,14 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
                        "splits each micro's rows over ranks)");
   if (ar.model.sliding_window && !rollout_only)
     spdlog::info(
-        "ar sliding window {}: packed micros holding a sequence longer than it run the materialised "
-        "attention (the fused kernels take no window; memory quadratic in that micro's longest "
+        "ar sliding window {} ({}): packed micros holding a sequence longer than it run the materialised "
+        "attention in those layers (the fused kernels take no window; memory quadratic in that micro's longest "
         "sequence); padded micros and decoding apply it on every kernel",
-        *ar.model.sliding_window);
+        *ar.model.sliding_window,
+        ar.model.full_attention_layers.empty()
+            ? std::string("every layer")
+            : std::to_string(ar.model.num_layers - static_cast<int64_t>(ar.model.full_attention_layers.size())) +
+                  " of " + std::to_string(ar.model.num_layers) + " layers; the others attend in full");
   if (ar.algo.kl.coef > 0 && !rollout_only) reference_ = policy_->frozen_copy();
   if (config.eval.enabled() && !rollout_only) {
     evaluator_ = std::make_unique<ArEvaluator>(config, *tokenizer_);
@@ -140,7 +143,7 @@ std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<t
   sp.max_new_tokens = ar.rollout.max_new_tokens;
   sp.max_batch = ar.rollout.max_batch;
   sp.max_live = ar.rollout.max_live;
-  sp.vocab_limit = tokenizer_->vocab_size();
+  sp.vocab_limit = std::min(tokenizer_->vocab_size(), ar.model.vocab_size);
   sp.stop_ids = format_->stop_ids();
   sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
   for (const std::string& s : ar.rollout.stop) {

@@ -2,6 +2,8 @@
 // project back.
 #include "models/llama/attention.h"
 
+#include <cmath>
+
 namespace tandem::models {
 
 void plan_layout(AttentionLayout& layout, int64_t q_rows, int64_t k_rows, int64_t heads, torch::Device device) {
@@ -23,9 +25,12 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, const parallel::Par
       register_module("v_proj", parallel::ColumnParallelLinear(c.hidden_size, c.num_kv_heads * d, c.qkv_bias, ctx, d));
   o_proj = register_module("o_proj", parallel::RowParallelLinear(c.num_heads * d, c.hidden_size, false, ctx, d));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(d, c.rms_eps));
-    k_norm = register_module("k_norm", RMSNorm(d, c.rms_eps));
+    const bool gemma = c.block == DecoderBlock::kGemma3;
+    q_norm = register_module("q_norm", RMSNorm(d, c.rms_eps, gemma));
+    k_norm = register_module("k_norm", RMSNorm(d, c.rms_eps, gemma));
   }
+  if (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != static_cast<double>(d))
+    q_factor_ = std::sqrt(static_cast<double>(d) / c.query_pre_attn_scalar);
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionLayout& layout, LayerKv* kv) {
@@ -38,6 +43,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     k = k_norm->apply(k, tp_ ? parallel::copy_to_tp(k_norm->weight, tp_) : k_norm->weight);
   }
   q = apply_rotary(q, layout.rotary);
+  if (q_factor_ != 1.0) q = q * q_factor_;
   k = apply_rotary(k, layout.rotary);
   torch::Tensor v = qkv[2].view({n, local_kv_heads_, d});  // (N, H_kv_l, D)
   torch::Tensor out;                                       // (N, H_l, D)

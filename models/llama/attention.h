@@ -1,10 +1,12 @@
-// The Llama / Qwen2 / Qwen3 self-attention block: q/k/v projections (column parallel, split by
-// heads), Qwen3's per-head q/k RMSNorm, RoPE, K/V gathered across cp when the micro is context-parallel, grouped-query
-// attention on the packed or padded layout (or over a KV cache when decoding), and the o projection (row parallel).
+// The Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 self-attention block: q/k/v projections (column parallel,
+// split by heads), Qwen3's and Gemma's per-head q/k RMSNorm, RoPE, K/V gathered across cp when the micro is
+// context-parallel, grouped-query attention on the packed or padded layout (or over a KV cache when decoding), and the
+// o projection (row parallel).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <vector>
 
 #include "models/layers/rms_norm.h"
@@ -28,7 +30,10 @@ struct AttentionLayout {
   int64_t batch = 0, width = 0;  // padded: rows are (B * T), B = batch, T = width
   torch::Tensor key_valid;       // padded: (B, T) bool; undefined for packed
   bool fused = false;            // packed / padded: the fused kernels (models/layers/fused_attention.h)
-  int64_t window = 0;            // > 0: every layer's sliding window (Mistral's sliding_window)
+  int64_t window = 0;            // > 0: this view's sliding window (Mistral's sliding_window)
+  // Gemma 3: the view of the layers with the window (their RoPE base, plan, masks and window),
+  // beside this one of the full-attention layers; null: every layer uses this view.
+  std::shared_ptr<AttentionLayout> sliding;
   bool padded() const { return key_valid.defined(); }
 
   // Incremental decoding (cp is never used). Prefill: a packed forward whose segment i also
@@ -56,10 +61,13 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   parallel::ColumnParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
   parallel::RowParallelLinear o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (config.qk_norm): over each head's D, before RoPE
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma 3 (config.qk_norm): over each head's D, before RoPE
 
  private:
   int64_t head_dim_, local_heads_, local_kv_heads_;
+  // Gemma 3's query_pre_attn_scalar, as a factor on the rotated queries: the attention kernels scale
+  // by 1 / sqrt(head_dim), so q * sqrt(head_dim / scalar) gives 1 / sqrt(scalar). 1: none.
+  double q_factor_ = 1.0;
   parallel::Communicator* tp_ = nullptr;  // the q/k norms' weights are replicated over tp
 };
 TORCH_MODULE(LlamaAttention);

@@ -1,6 +1,7 @@
 // HF config.json <-> LlamaConfig, strict about every field it reads and every feature it lacks.
 #include "models/llama/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -90,6 +91,32 @@ void LlamaConfig::validate() const {
     throw UserError("llama config: rope_scaling factor must be >= 1");
   if (!(rope_theta > 0) || !(rms_eps > 0) || !(initializer_range >= 0))
     throw UserError("llama config: rope_theta and rms_eps must be positive, initializer_range non-negative");
+  if (block == DecoderBlock::kGemma3 && sliding_window <= 0)
+    throw UserError("llama config: the Gemma 3 block needs a sliding_window (the window of its local layers)");
+  if (block == DecoderBlock::kGemma3 && rope_scaling.kind != RopeScalingKind::kNone && rope_local_theta == 0)
+    throw UserError(
+        "llama config: a Gemma 3 block with rope_scaling needs rope_local_theta (its local layers are not rescaled)");
+  for (const int64_t l : full_attention_layers)
+    if (l < 0 || l >= num_layers)
+      throw UserError("llama config: full_attention_layers names layer " + std::to_string(l) + " of " +
+                      std::to_string(num_layers));
+  if ((!full_attention_layers.empty() || rope_local_theta != 0) && sliding_window <= 0)
+    throw UserError("llama config: full_attention_layers and rope_local_theta need a sliding_window");
+  if (rope_local_theta < 0 || query_pre_attn_scalar < 0 || !std::isfinite(rope_local_theta) ||
+      !std::isfinite(query_pre_attn_scalar))
+    throw UserError("llama config: rope_local_theta and query_pre_attn_scalar must be positive (0: unset)");
+}
+
+bool LlamaConfig::layer_sliding(int64_t i) const {
+  if (sliding_window <= 0) return false;
+  return std::find(full_attention_layers.begin(), full_attention_layers.end(), i) == full_attention_layers.end();
+}
+
+bool LlamaConfig::mixed_layers() const {
+  if (sliding_window <= 0) return false;
+  bool any_sliding = false, any_full = false;
+  for (int64_t i = 0; i < num_layers; ++i) (layer_sliding(i) ? any_sliding : any_full) = true;
+  return any_sliding && (any_full || rope_local_theta > 0);
 }
 
 void LlamaConfig::validate_tp(int64_t tp_size) const {
@@ -149,19 +176,101 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& j, const std::string& sou
 
 }  // namespace
 
+namespace {
+
+// Gemma 3's own fields: the window and which layers use it (layer_types, or the older
+// sliding_window_pattern: every pattern-th layer is global), the two RoPE bases (transformers 5's
+// rope_parameters per layer type; before, rope_theta + rope_scaling for the global layers and
+// rope_local_base_freq for the local ones), query_pre_attn_scalar. Defaults are transformers'.
+void gemma3_fields(const nlohmann::json& j, const Fields& f, const std::string& source, LlamaConfig& c) {
+  c.block = DecoderBlock::kGemma3;
+  if (j.contains("sliding_window") && j.at("sliding_window").is_null())
+    f.fail("sliding_window", "must be an integer (Gemma 3's local layers have a window)");
+  c.sliding_window = f.integer("sliding_window", 4096);
+  if (c.sliding_window < 1 || c.sliding_window > kMaxDimension) f.fail("sliding_window", "is out of range");
+  if (f.has("layer_types")) {
+    const nlohmann::json& t = j.at("layer_types");
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
+      f.fail("layer_types", "must list one type per layer (" + std::to_string(c.num_layers) + ")");
+    for (size_t i = 0; i < t.size(); ++i) {
+      const std::string s = t[i].is_string() ? t[i].get<std::string>() : t[i].dump();
+      if (s == "full_attention")
+        c.full_attention_layers.push_back(static_cast<int64_t>(i));
+      else if (s != "sliding_attention")
+        f.fail("layer_types", "has '" + s + "': full_attention or sliding_attention");
+    }
+  } else {
+    const char* key = f.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+    const int64_t pattern = f.integer(key, 6);
+    if (pattern < 1) f.fail(key, "must be positive");
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if ((i + 1) % pattern == 0) c.full_attention_layers.push_back(i);
+  }
+  c.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256.0);
+  if (!(c.query_pre_attn_scalar > 0) || !std::isfinite(c.query_pre_attn_scalar))
+    f.fail("query_pre_attn_scalar", "must be a positive number");
+  const bool v5 = f.has("rope_parameters") && !f.has("rope_scaling");
+  if (!v5) {
+    c.rope_theta = f.number("rope_theta", 1000000.0);
+    c.rope_local_theta = f.number("rope_local_base_freq", 10000.0);
+    c.rope_scaling = rope_scaling_from_hf(j, source);
+    return;
+  }
+  const nlohmann::json& p = j.at("rope_parameters");
+  if (!p.is_object()) f.fail("rope_parameters", "must be an object");
+  auto part = [&](const char* type) {  // {"rope_parameters": its object}, for rope_scaling_from_hf
+    nlohmann::json one = nlohmann::json::object();
+    if (p.contains(type) && !p.at(type).is_null()) {
+      if (!p.at(type).is_object()) f.fail(std::string("rope_parameters.") + type, "must be an object");
+      one["rope_parameters"] = p.at(type);
+    }
+    return one;
+  };
+  const nlohmann::json global = part("full_attention"), local = part("sliding_attention");
+  c.rope_scaling = rope_scaling_from_hf(global, source + ": rope_parameters.full_attention");
+  if (rope_scaling_from_hf(local, source + ": rope_parameters.sliding_attention").kind != RopeScalingKind::kNone)
+    f.fail("rope_parameters.sliding_attention", "must be rope_type default (the local layers are not rescaled)");
+  auto theta = [&](const nlohmann::json& one, double fallback) {
+    if (!one.contains("rope_parameters")) return fallback;
+    return Fields(one.at("rope_parameters"), source + ": rope_parameters").number("rope_theta", fallback);
+  };
+  c.rope_theta = theta(global, 1000000.0);
+  c.rope_local_theta = theta(local, 10000.0);
+  if (!(c.rope_local_theta > 0) || !std::isfinite(c.rope_local_theta))
+    f.fail("rope_parameters.sliding_attention.rope_theta", "must be positive");
+}
+
+}  // namespace
+
 LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(source + ": not a JSON object");
   const Fields f(j, source);
   const std::string type = f.string("model_type", "");
-  if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral")
-    f.fail("model_type", "'" + type + "' is not supported (llama, mistral, qwen2 or qwen3)");
-  if (f.string("hidden_act", "silu") != "silu") f.fail("hidden_act", "must be silu");
+  if (type == "gemma3")
+    f.fail("model_type",
+           "'gemma3' is Gemma3ForConditionalGeneration (image and text), which is not supported; tandem trains the "
+           "text-only Gemma3ForCausalLM (model_type gemma3_text, e.g. gemma-3-1b)");
+  if (type != "llama" && type != "qwen2" && type != "qwen3" && type != "mistral" && type != "gemma3_text")
+    f.fail("model_type", "'" + type + "' is not supported (llama, mistral, qwen2, qwen3 or gemma3_text)");
+  const bool gemma = type == "gemma3_text";
+  if (gemma) {
+    // transformers' Gemma 3 reads hidden_activation; an older spelling is hidden_act.
+    const char* act = f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+    if (f.string(act, "gelu_pytorch_tanh") != "gelu_pytorch_tanh") f.fail(act, "must be gelu_pytorch_tanh");
+    if (f.boolean("attention_bias", false)) f.fail("attention_bias", "is not supported (o_proj bias)");
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+      if (f.has(key)) f.fail(key, "is not supported (Gemma 2's soft-capping; Gemma 3 has none): must be null");
+    if (f.boolean("use_bidirectional_attention", false))
+      f.fail("use_bidirectional_attention", "is not supported (an embedding model, not a causal LM)");
+  } else if (f.string("hidden_act", "silu") != "silu") {
+    f.fail("hidden_act", "must be silu");
+  }
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is not supported");
   if ((type == "llama" || type == "mistral") && f.boolean("attention_bias", false))
     f.fail("attention_bias", "is not supported (o_proj bias)");
   if ((type == "qwen2" || type == "qwen3") && f.boolean("use_sliding_window", false))
     f.fail("use_sliding_window", "is not supported (Qwen's sliding-window layers)");
-  if (j.contains("layer_types") && j.at("layer_types").is_array())
+  if (!gemma && j.contains("layer_types") && j.at("layer_types").is_array())
     for (const auto& t : j.at("layer_types"))
       if (!t.is_string() || t.get<std::string>() != "full_attention")
         f.fail("layer_types", "has " + t.dump() + ": only full_attention layers are supported");
@@ -182,15 +291,17 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
   c.intermediate_size = dim("intermediate_size");
   c.max_seq_len = dim("max_position_embeddings");
   c.rope_theta = f.number("rope_theta", 10000.0);
-  if (!f.has("rope_theta") && j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
+  if (gemma) {
+    gemma3_fields(j, f, source, c);
+  } else if (!f.has("rope_theta") && j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
     const Fields rope(j.at("rope_parameters"), source + ": rope_parameters");
     c.rope_theta = rope.number("rope_theta", 10000.0);
   }
   c.rms_eps = f.number("rms_norm_eps", 1e-6);
-  c.tie_embeddings = f.boolean("tie_word_embeddings", false);
+  c.tie_embeddings = f.boolean("tie_word_embeddings", gemma);  // Gemma 3 ties by default
   // Qwen2 always has q/k/v biases; Qwen3 has them only with attention_bias (none of the released).
   c.qkv_bias = type == "qwen2" || (type == "qwen3" && f.boolean("attention_bias", false));
-  c.qk_norm = type == "qwen3";
+  c.qk_norm = type == "qwen3" || gemma;
   c.initializer_range = f.number("initializer_range", 0.02);
   // Mistral's window (null: none); Qwen2 writes one too, but applies it only with use_sliding_window.
   if (type == "mistral" && j.contains("sliding_window") && !j.at("sliding_window").is_null())
@@ -200,8 +311,10 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
     // Stored only when it departs from the default, so a config that spells out the default
     // head_dim resolves to the same LlamaConfig as one that leaves it out.
     if (hd != c.hidden_size / c.num_heads || c.hidden_size % c.num_heads != 0) c.explicit_head_dim = hd;
+  } else if (gemma && (c.hidden_size % c.num_heads != 0 || c.hidden_size / c.num_heads != 256)) {
+    c.explicit_head_dim = 256;  // transformers' Gemma 3 default
   }
-  c.rope_scaling = rope_scaling_from_hf(j, source);
+  if (!gemma) c.rope_scaling = rope_scaling_from_hf(j, source);
   if (!std::isfinite(c.rope_theta) || !std::isfinite(c.rms_eps) || !std::isfinite(c.initializer_range))
     f.fail("rope_theta / rms_norm_eps / initializer_range", "must be finite");
   try {
@@ -213,18 +326,21 @@ LlamaConfig from_hf_config(const nlohmann::json& j, const std::string& source) {
 }
 
 nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const nlohmann::json& base) {
-  const bool qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias;
+  const bool gemma = c.block == DecoderBlock::kGemma3;
+  const bool qwen3 = !gemma && c.qk_norm, qwen2 = !gemma && !qwen3 && c.qkv_bias;
   nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
   // Mistral is the Llama layout plus the window; a Mistral without one (v0.2 on) stays Mistral.
-  const bool mistral =
-      !qwen3 && !qwen2 && (c.sliding_window > 0 || (j.contains("model_type") && j.at("model_type") == "mistral"));
+  const bool mistral = !gemma && !qwen3 && !qwen2 &&
+                       (c.sliding_window > 0 || (j.contains("model_type") && j.at("model_type") == "mistral"));
   const nlohmann::json arch = {
       {"architectures",
-       {qwen3     ? "Qwen3ForCausalLM"
+       {gemma     ? "Gemma3ForCausalLM"
+        : qwen3   ? "Qwen3ForCausalLM"
         : qwen2   ? "Qwen2ForCausalLM"
         : mistral ? "MistralForCausalLM"
                   : "LlamaForCausalLM"}},
-      {"model_type", qwen3     ? "qwen3"
+      {"model_type", gemma     ? "gemma3_text"
+                     : qwen3   ? "qwen3"
                      : qwen2   ? "qwen2"
                      : mistral ? "mistral"
                                : "llama"},
@@ -237,7 +353,7 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
       {"max_position_embeddings", c.max_seq_len},
       {"rms_norm_eps", c.rms_eps},
       {"tie_word_embeddings", c.tie_embeddings},
-      {"hidden_act", "silu"},
+      {gemma ? "hidden_activation" : "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"initializer_range", c.initializer_range},
   };
   // The base's spelling is kept: transformers 5 writes dtype and rope_parameters, older versions
@@ -245,8 +361,8 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
   const bool v5 = j.contains("rope_parameters") && !j.contains("rope_scaling");
   j[j.contains("dtype") && !j.contains("torch_dtype") ? "dtype" : "torch_dtype"] = hf_dtype_name(dtype);
   for (const auto& [key, value] : arch.items()) j[key] = value;
-  if (c.explicit_head_dim > 0)
-    j["head_dim"] = c.explicit_head_dim;
+  if (c.explicit_head_dim > 0 || gemma)  // Gemma 3's default head_dim (256) is not hidden / heads
+    j["head_dim"] = c.head_dim();
   else if (j.contains("head_dim"))
     j["head_dim"] = c.head_dim();
   const RopeScaling& r = c.rope_scaling;
@@ -257,14 +373,37 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
     s["high_freq_factor"] = r.high_freq_factor;
     s["original_max_position_embeddings"] = r.original_max_seq_len;
   }
-  if (v5) {
+  const double local_theta = c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta;
+  if (v5 && gemma) {
+    s["rope_theta"] = c.rope_theta;
+    j["rope_parameters"] = {{"full_attention", s},
+                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", local_theta}}}};
+  } else if (v5) {
     s["rope_theta"] = c.rope_theta;
     j["rope_parameters"] = s;
   } else {
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = r.kind == RopeScalingKind::kNone ? nlohmann::json(nullptr) : s;
+    if (gemma) j["rope_local_base_freq"] = local_theta;
   }
-  if (qwen3) {
+  if (gemma) {
+    j["sliding_window"] = c.sliding_window;
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      types.push_back(c.layer_sliding(i) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    // transformers' Gemma3TextConfig types it int (strictly): an integral value is written as one.
+    const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim());
+    j["query_pre_attn_scalar"] = scalar == std::floor(scalar) && scalar < 1e15
+                                     ? nlohmann::json(static_cast<int64_t>(scalar))
+                                     : nlohmann::json(scalar);
+    j["attention_bias"] = false;
+    j["attn_logit_softcapping"] = nullptr;
+    j["final_logit_softcapping"] = nullptr;
+    j["use_bidirectional_attention"] = false;
+    for (const char* key : {"hidden_act", "mlp_bias", "sliding_window_pattern", "_sliding_window_pattern"})
+      j.erase(key);
+  } else if (qwen3) {
     if (!j.contains("use_sliding_window")) j["use_sliding_window"] = false;
     j["attention_bias"] = c.qkv_bias;
     j.erase("mlp_bias");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "models/layers/attention_kernel.h"
 
@@ -15,6 +16,12 @@ namespace tandem::models {
 // HF's rope_scaling: none (plain RoPE), linear (every frequency / factor) or llama3 (Llama 3.1's
 // wavelength-dependent blend of the two).
 enum class RopeScalingKind { kNone, kLinear, kLlama3 };
+
+// The decoder layer's arrangement. Llama (also Qwen2, Qwen3, Mistral): x + attn(norm(x)), then
+// + mlp(norm(x)), SwiGLU, RMSNorm scaled by w. Gemma 3: norms before and after both attention
+// and MLP, GeGLU with tanh-approximated GELU, RMSNorm scaled by (1 + w) in float32, embeddings
+// multiplied by sqrt(hidden).
+enum class DecoderBlock { kLlama, kGemma3 };
 
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::kNone;
@@ -46,6 +53,14 @@ struct LlamaConfig {
   // Mistral's sliding_window: a query at position i sees keys at positions > i - sliding_window
   // (itself included); 0: every earlier position. A window no sequence outgrows is the full attention.
   int64_t sliding_window = 0;
+  // Layers that ignore sliding_window (Gemma 3's full_attention layers); empty: every layer has it.
+  std::vector<int64_t> full_attention_layers;
+  // The RoPE base of the windowed layers when they have their own (Gemma 3's local base, without
+  // rope_scaling); 0: every layer uses rope_theta and rope_scaling.
+  double rope_local_theta = 0;
+  DecoderBlock block = DecoderBlock::kLlama;
+  // Gemma 3's query_pre_attn_scalar: scores are q.k / sqrt(this); 0: head_dim.
+  double query_pre_attn_scalar = 0;
   RopeScaling rope_scaling;
   // How the model runs, not what it is (never in config.json): the attention kernel, and whether
   // the training forward keeps each decoder layer's activations or recomputes them in the
@@ -57,6 +72,11 @@ struct LlamaConfig {
     if (explicit_head_dim > 0) return explicit_head_dim;
     return num_heads > 0 ? hidden_size / num_heads : 0;
   }
+  // Whether layer i attends through the sliding window.
+  bool layer_sliding(int64_t i) const;
+  // Some layers attend through the window with their own RoPE or beside full-attention layers:
+  // those layers need their own attention view (AttentionLayout::sliding).
+  bool mixed_layers() const;
   // Throws UserError naming the field for a non-positive size, heads that do not divide the
   // hidden size, or query heads that are not a multiple of the kv heads.
   void validate() const;
@@ -64,7 +84,8 @@ struct LlamaConfig {
   void validate_tp(int64_t tp_size) const;
 };
 
-// Maps HF LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM config.json fields (num_hidden_layers,
+// Maps HF LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM /
+// Gemma3ForCausalLM (model_type gemma3_text) config.json fields (num_hidden_layers,
 // num_attention_heads, num_key_value_heads, max_position_embeddings, rms_norm_eps,
 // tie_word_embeddings, attention_bias, head_dim, rope_scaling linear | llama3, ...). Throws
 // UserError naming `source` and the field for a missing or mistyped field, a dimension beyond
@@ -72,9 +93,10 @@ struct LlamaConfig {
 // windows, o_proj / MLP bias, an activation other than silu).
 LlamaConfig from_hf_config(const nlohmann::json& config, const std::string& source = "config.json");
 
-// The config.json Hugging Face tools expect for `config` stored in `dtype`: model_type qwen3
-// when qk_norm, qwen2 when qkv_bias, llama otherwise. With `base` (the config.json the weights came from) every key
-// of it is kept and only the architecture keys and torch_dtype are written over it.
+// The config.json Hugging Face tools expect for `config` stored in `dtype`: model_type gemma3_text
+// for the Gemma 3 block, qwen3 when qk_norm, qwen2 when qkv_bias, mistral with a window, llama otherwise. With `base`
+// (the config.json the weights came from) every key of it is kept and only the architecture keys and torch_dtype are
+// written over it.
 nlohmann::json to_hf_config(const LlamaConfig& config, torch::ScalarType dtype,
                             const nlohmann::json& base = nlohmann::json());
 

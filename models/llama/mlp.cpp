@@ -1,9 +1,10 @@
-// SwiGLU MLP; gate and up run as one GEMM.
+// SwiGLU (GeGLU for Gemma 3) MLP; gate and up run as one GEMM.
 #include "models/llama/mlp.h"
 
 namespace tandem::models {
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx) {
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
+    : gelu_tanh_(c.block == DecoderBlock::kGemma3) {
   gate_proj =
       register_module("gate_proj", parallel::ColumnParallelLinear(c.hidden_size, c.intermediate_size, false, ctx));
   up_proj = register_module("up_proj", parallel::ColumnParallelLinear(c.hidden_size, c.intermediate_size, false, ctx));
@@ -12,7 +13,9 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
   const auto gate_up = parallel::fused_column_parallel(x, {gate_proj.get(), up_proj.get()});  // (N, I_l) each
-  return down_proj(torch::silu(gate_up[0]) * gate_up[1]);                                     // (N, hidden)
+  // Gemma's gelu_pytorch_tanh is torch's tanh-approximated GELU.
+  const torch::Tensor act = gelu_tanh_ ? torch::gelu(gate_up[0], "tanh") : torch::silu(gate_up[0]);  // (N, I_l)
+  return down_proj(act * gate_up[1]);                                                                // (N, hidden)
 }
 
 }  // namespace tandem::models

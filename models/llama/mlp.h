@@ -1,4 +1,5 @@
-// The SwiGLU MLP: down(silu(gate(x)) * up(x)), gate/up column parallel, down row parallel.
+// The gated MLP: down(silu(gate(x)) * up(x)) (SwiGLU; Gemma 3: GeLU-tanh in place of silu), gate/up column parallel,
+// down row parallel.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,6 +16,9 @@ class LlamaMLPImpl : public torch::nn::Module {
 
   parallel::ColumnParallelLinear gate_proj{nullptr}, up_proj{nullptr};
   parallel::RowParallelLinear down_proj{nullptr};
+
+ private:
+  bool gelu_tanh_ = false;
 };
 TORCH_MODULE(LlamaMLP);
 

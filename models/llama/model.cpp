@@ -4,6 +4,7 @@
 #include "models/llama/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "models/layers/fused_attention.h"
@@ -63,13 +64,17 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx) {
   embed_tokens = register_module("embed_tokens", parallel::VocabParallelEmbedding(c.vocab_size, c.hidden_size, ctx));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaDecoderLayer(c, ctx));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_eps));
+  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaDecoderLayer(c, ctx, i));
+  const bool gemma = c.block == DecoderBlock::kGemma3;
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_eps, gemma));
+  if (gemma) embed_scale_ = std::sqrt(static_cast<double>(c.hidden_size));
   recompute_ = c.recompute_layers;
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionLayout& layout) {
   torch::Tensor h = embed_tokens(ids);  // (N, hidden)
+  // Gemma: sqrt(hidden) rounded to the activation dtype first, as transformers' embed_scale buffer is.
+  if (embed_scale_ > 0) h = h * torch::scalar_tensor(embed_scale_, h.options());
   // Recompute only where there is a backward to save memory for: a graph is being built and
   // no cache is written (the replay would write it twice).
   const bool recompute = recompute_ && torch::GradMode::is_enabled() && layout.cache == nullptr;
@@ -78,6 +83,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionL
     run = std::make_shared<ReplayLayout>();
     run->layout = layout;
     if (layout.cp_shard != nullptr) run->shard = *layout.cp_shard, run->layout.cp_shard = &run->shard;
+    if (layout.sliding) {
+      run->layout.sliding = std::make_shared<AttentionLayout>(*layout.sliding);
+      if (layout.cp_shard != nullptr) run->layout.sliding->cp_shard = &run->shard;
+    }
   }
   for (size_t i = 0; i < layers->size(); ++i) {
     auto* layer = layers[i]->as<LlamaDecoderLayerImpl>();
@@ -120,6 +129,25 @@ torch::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
   return config_.tie_embeddings ? model->embed_tokens->weight : lm_head->weight;  // (V_local, hidden)
 }
 
+void LlamaForCausalLMImpl::finish_layout(AttentionLayout& layout, const torch::Tensor& pos, int64_t q_rows,
+                                         int64_t k_rows) const {
+  const torch::Tensor& w = model->norm->weight;
+  const LlamaConfig& c = config_;
+  const bool packed = !layout.padded() && !layout.decode();
+  const bool mixed = c.mixed_layers();
+  layout.fused = use_fused_attention(c.attention, w.scalar_type());
+  // Without a sliding view every layer is alike: all windowed (Mistral) or none.
+  layout.window = !mixed && c.layer_sliding(0) ? c.sliding_window : 0;
+  if (packed) plan_layout(layout, q_rows, k_rows, c.num_heads / ctx_.tp_size, w.device());
+  layout.rotary = rotary_tables(pos, c.head_dim(), c.rope_theta, w.scalar_type(), c.rope_scaling);
+  if (!mixed) return;
+  auto view = std::make_shared<AttentionLayout>(layout);  // the same rows, cache and cp shard
+  view->window = c.sliding_window;
+  if (packed) plan_layout(*view, q_rows, k_rows, c.num_heads / ctx_.tp_size, w.device());
+  if (c.rope_local_theta > 0) view->rotary = rotary_tables(pos, c.head_dim(), c.rope_local_theta, w.scalar_type());
+  layout.sliding = std::move(view);
+}
+
 torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, AttentionLayout* layout,
                                                   parallel::CpShard* shard) {
   const torch::Tensor& w = model->norm->weight;
@@ -145,11 +173,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
     layout->segments = in.prefix_of.defined() ? segments_with_prefixes(in.cu_seqlens, in.prefix_of)
                                               : segments_from_cu_seqlens(in.cu_seqlens);
   }
-  const int64_t local_heads = config_.num_heads / ctx_.tp_size;
-  layout->fused = use_fused_attention(config_.attention, w.scalar_type());
-  layout->window = config_.sliding_window;
-  plan_layout(*layout, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0), local_heads, w.device());
-  layout->rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
+  finish_layout(*layout, pos, ids.size(0), ctx_.cp_enabled() ? shard->num_tokens() : ids.size(0));
   return model(ids, *layout);  // (n_local, hidden)
 }
 
@@ -159,11 +183,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   AttentionLayout layout;
   layout.batch = in.input_ids.size(0);
   layout.width = in.input_ids.size(1);
-  layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);  // (B, T)
-  layout.fused = use_fused_attention(config_.attention, w.scalar_type());
-  layout.window = config_.sliding_window;
+  layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
+  finish_layout(layout, pos, 0, 0);
   return model(in.input_ids.reshape({-1}).to(w.device()), layout);  // (B*T, hidden)
 }
 
@@ -252,10 +274,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
     layout.cache_slots = slots;
     layout.cache_prefixes = into_prefixes;
   }
-  layout.fused = use_fused_attention(config_.attention, w.scalar_type());
-  layout.window = config_.sliding_window;
-  plan_layout(layout, ids.size(0), ids.size(0), config_.num_heads / ctx_.tp_size, w.device());
-  layout.rotary = rotary_tables(pos, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
+  finish_layout(layout, pos, ids.size(0), ids.size(0));
   const torch::Tensor hidden = model(ids, layout);  // (N, hidden)
   std::vector<int64_t> last;
   for (const AttentionSegment& s : layout.segments) last.push_back(s.q_begin + s.length - 1);
@@ -282,17 +301,20 @@ torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCach
   for (int64_t i = 0; i < n; ++i) rows.push_back(cache.length(i)), span = std::max(span, cache.length(i) + 1);
   const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(w.device());
   layout.cache_rows = torch::tensor(rows, torch::kInt64).to(w.device());  // (n)
-  layout.cache_key_valid =  // (n, S): row i sees its own rows j <= rows[i], the new one included
-      torch::arange(span, idx).unsqueeze(0) <= layout.cache_rows.unsqueeze(1);
-  const int64_t window = config_.sliding_window;
-  if (window > 0)  // own row j is position (prefix + j): seen while j > rows[i] - window
-    layout.cache_key_valid &= torch::arange(span, idx).unsqueeze(0) > layout.cache_rows.unsqueeze(1) - window;
-  std::vector<int64_t> current;  // each sequence's position (host), for the window over shared prefixes
-  if (window > 0)
+  std::vector<int64_t> current;  // each sequence's position (host), for a window over shared prefixes
+  if (config_.sliding_window > 0)
     for (int64_t i = 0; i < n; ++i) current.push_back(cache.position(i));
-  layout.prefixes = prefix_index(cache.prefix_groups(n), n, w.device(), window, current);  // once for every layer
-  layout.rotary =
-      rotary_tables(positions, config_.head_dim(), config_.rope_theta, w.scalar_type(), config_.rope_scaling);
+  const std::vector<PrefixGroup> groups = cache.prefix_groups(n);
+  const auto masks = [&](AttentionLayout& view) {  // the own-row mask and prefix index of view.window
+    view.cache_key_valid =                         // (n, S): row i sees its own rows j <= rows[i], the new one included
+        torch::arange(span, idx).unsqueeze(0) <= view.cache_rows.unsqueeze(1);
+    if (view.window > 0)  // own row j is position (prefix + j): seen while j > rows[i] - window
+      view.cache_key_valid &= torch::arange(span, idx).unsqueeze(0) > view.cache_rows.unsqueeze(1) - view.window;
+    view.prefixes = prefix_index(groups, n, w.device(), view.window, current);  // once for every layer
+  };
+  finish_layout(layout, positions, 0, 0);
+  masks(layout);
+  if (layout.sliding) masks(*layout.sliding);
   const torch::Tensor z = head_logits(model(ids.reshape({-1}).to(w.device()), layout));  // (n, V)
   for (int64_t i = 0; i < n; ++i) cache.set_length(i, cache.length(i) + 1);
   return z;

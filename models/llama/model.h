@@ -36,13 +36,14 @@ class LlamaModelImpl : public torch::nn::Module {
 
  private:
   bool recompute_ = false;  // config.recompute_layers
+  double embed_scale_ = 0;  // Gemma: embeddings times sqrt(hidden); 0: none
 };
 TORCH_MODULE(LlamaModel);
 
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are float32; call ->to(dtype). With init_seed the weights are drawn as HF
-  // initialises them (normal(0, initializer_range), norms 1, biases 0) from full tensors, so a
+  // initialises them (normal(0, initializer_range), norms 1 (Gemma: 0), biases 0) from full tensors, so a
   // tp-sharded model holds exactly the slices of the tp=1 model with the same seed; without it
   // they are zeros (to be loaded, see weights.h). ctx is validated against the config.
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& ctx = {},
@@ -95,6 +96,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // also fills the layout (and the cp shard it points to).
   torch::Tensor hidden_packed(const PackedInput& input, AttentionLayout* layout, parallel::CpShard* shard);
   torch::Tensor hidden_padded(const PaddedInput& input);
+  // The window, packed plan (q_rows / k_rows as plan_layout's) and RoPE tables of `layout` for
+  // positions `pos`, and its sliding view when some layers attend differently (Gemma 3).
+  void finish_layout(AttentionLayout& layout, const torch::Tensor& pos, int64_t q_rows, int64_t k_rows) const;
   // token_index (N) int64: the rows' positions for a fused loss (undefined: 0..N-1).
   TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& targets, const LogProbOptions& o,
                                const torch::Tensor& token_index);

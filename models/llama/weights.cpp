@@ -79,6 +79,10 @@ std::vector<HfParamSpec> hf_param_specs(const LlamaConfig& c) {
     specs.push_back({p + "mlp.down_proj.weight", {d, f}, 1, 1});
     specs.push_back({p + "input_layernorm.weight", {d}, -1, 1});
     specs.push_back({p + "post_attention_layernorm.weight", {d}, -1, 1});
+    if (c.block == DecoderBlock::kGemma3) {
+      specs.push_back({p + "pre_feedforward_layernorm.weight", {d}, -1, 1});
+      specs.push_back({p + "post_feedforward_layernorm.weight", {d}, -1, 1});
+    }
   }
   specs.push_back({"model.norm.weight", {d}, -1, 1});
   if (!c.tie_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, d}, 0, 1});
@@ -98,8 +102,9 @@ void initialize_weights(LlamaForCausalLMImpl& model, uint64_t seed) {
   const Params params = model.named_parameters();
   for (const HfParamSpec& spec : hf_param_specs(model.config())) {
     torch::Tensor full;
-    if (ends_with(spec.name, "norm.weight")) {
-      full = torch::ones(spec.shape, torch::kFloat64);
+    if (ends_with(spec.name, "norm.weight")) {  // Gemma's norms scale by (1 + w): zeros are its identity
+      full = model.config().block == DecoderBlock::kGemma3 ? torch::zeros(spec.shape, torch::kFloat64)
+                                                           : torch::ones(spec.shape, torch::kFloat64);
     } else if (ends_with(spec.name, ".bias")) {
       full = torch::zeros(spec.shape, torch::kFloat64);
     } else {

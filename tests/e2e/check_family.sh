@@ -7,6 +7,10 @@
 #   mistral  MistralForCausalLM: a 16-token sliding window (shorter than the prompts, so it acts in
 #            training, prefill, decode and shared-prompt decode), head_dim 16; the real Mistral
 #            tokenizer (SentencePiece-style BPE with byte fallback), raw prompts
+#   gemma3   Gemma3ForCausalLM: a local layer (16-token window, its own RoPE base) then a global one,
+#            (1 + w) norms around attention and MLP, GeGLU, scaled embeddings, q/k norms; gemma-3-1b's
+#            vocabulary of 262144 ids (the tokenizer's <image_soft_token> 262144 lies past it); the
+#            real Gemma 3 tokenizer and chat template, which folds the system prompt into the user turn
 #
 #   check_family.sh FAMILY TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE TESTS_BIN   (exit 77: no tokenizer files)
 set -u
@@ -30,7 +34,16 @@ case $family in
     want='{"model_type": "mistral", "architectures": ["MistralForCausalLM"], "head_dim": 16, "sliding_window": 16,
            "tie_word_embeddings": false}'
     prompt="Tom has 3 apples and buys 5 more at the market on Sunday morning. How many apples does Tom have now?" ;;
-  *) echo "check_family.sh: unknown family $family (qwen3, mistral)"; exit 2 ;;
+  gemma3)
+    resolved=("block: gemma3" "sliding_window: 16" "qk_norm: true" "head_dim: 16" "rope_local_theta: 10000"
+              "query_pre_attn_scalar: 16")
+    info="block gemma3"
+    extra=()
+    want='{"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "head_dim": 16, "sliding_window": 16,
+           "layer_types": ["sliding_attention", "full_attention"], "query_pre_attn_scalar": 16,
+           "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true}'
+    prompt="Tom has 3 apples and buys 5 more at the market on Sunday morning. How many apples does Tom have now?" ;;
+  *) echo "check_family.sh: unknown family $family (qwen3, mistral, gemma3)"; exit 2 ;;
 esac
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fail=0

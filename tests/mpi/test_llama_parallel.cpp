@@ -86,6 +86,10 @@ models::LlamaConfig wide_config(const std::string& family = "qwen2") {
   c.intermediate_size = 50, c.max_seq_len = 64, c.qkv_bias = family == "qwen2", c.initializer_range = 0.3;
   if (family == "qwen3") c.qk_norm = true, c.explicit_head_dim = 12;  // Qwen3: q/k norms, head_dim != hidden / heads
   if (family == "mistral") c.sliding_window = 4;  // shorter than the 5-, 9- and 12-token sequences, and cp shards
+  if (family == "gemma3") {  // a local layer (window 4, its own RoPE base) then a global one; Gemma's block
+    c.block = models::DecoderBlock::kGemma3, c.qk_norm = true, c.sliding_window = 4, c.full_attention_layers = {1};
+    c.rope_local_theta = 500, c.query_pre_attn_scalar = 20, c.tie_embeddings = true;
+  }
   return c;
 }
 
@@ -95,7 +99,7 @@ const std::vector<Layout> kLayouts{{2, 1}, {1, 2}, {2, 2}, {1, 4}, {4, 1}};
 
 TEST_CASE("tp and cp log-probs, logits and gradients equal one rank (float64 1e-10)", "[mpi][llama]") {
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
-  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide", "wide_qwen3", "wide_mistral"}) {
+  for (const std::string name : {"tiny_llama", "tiny_qwen2", "wide", "wide_qwen3", "wide_mistral", "wide_gemma3"}) {
     const bool wide = name.rfind("wide", 0) == 0;
     auto make = [&](const parallel::ParallelContext& ctx) {
       if (!wide) return models::load_llama(test::llama_fixture(name), ctx, torch::kFloat64);
@@ -129,10 +133,12 @@ TEST_CASE("tp and cp on the fused attention kernels, with layer recompute, equal
   // start take the prefixed form (prefix keys from the other ranks, own keys causal), and every
   // layer is replayed in the backward, its cp gather and tp reductions included.
   // Mistral's window: padded runs the fused kernel with the band in its mask; packed, whose
-  // sequences outgrow the window, falls back to the materialised plan.
+  // sequences outgrow the window, falls back to the materialised plan. Gemma 3: its global layer
+  // runs the fused kernels, its local layer the materialised plan, each layer replayed with its view.
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
   for (const auto& [family, recompute] :
-       {std::pair{"qwen2", false}, std::pair{"qwen2", true}, std::pair{"mistral", false}, std::pair{"mistral", true}}) {
+       {std::pair{"qwen2", false}, std::pair{"qwen2", true}, std::pair{"mistral", false}, std::pair{"mistral", true},
+        std::pair{"gemma3", false}, std::pair{"gemma3", true}}) {
     auto make = [&](const parallel::ParallelContext& ctx) {
       models::LlamaForCausalLM m(wide_config(family), ctx, 3);
       m->to(torch::kFloat64);
