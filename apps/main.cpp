@@ -10,7 +10,7 @@
 
 #include "apps/commands.h"
 #include "core/config/config.h"
-#include "core/config/preflight.h"
+#include "core/trainer/preflight.h"
 #include "parallel/communicator.h"
 #include "parallel/runtime.h"
 #include "runtime/blas_kernel.h"
@@ -46,6 +46,21 @@ const CLI::Validator kFinite(
       return std::isfinite(x) ? std::string() : "must be a finite number, got " + text;
     },
     "FINITE");
+
+// CLI numbers are range-checked as recipe keys are (core/config/config_schema.h): counts at least
+// their recipe minimum, sizes at most 2^24 as config.json's dimensions, so an absurd value is a parse
+// error naming the flag (exit 2), never an allocation that fails or an overflow. Seeds take any
+// unsigned value.
+const CLI::Range kSize(int64_t{1}, int64_t{1} << 24);
+const CLI::Range kSizeOrZero(int64_t{0}, int64_t{1} << 24);
+const CLI::Range kTokens(int64_t{1}, int64_t{1} << 30);
+const CLI::Range kCount(int64_t{1}, int64_t{1} << 20);
+const CLI::Range kCountOrZero(int64_t{0}, int64_t{1} << 20);
+const CLI::Range kRanks(int64_t{1}, int64_t{1} << 20);
+const CLI::Range kThreads(int64_t{1}, int64_t{4096});
+const CLI::Range kThreadsOrZero(int64_t{0}, int64_t{4096});
+const CLI::Range kMib(int64_t{1}, int64_t{1} << 20);
+const CLI::Range kMibOrZero(int64_t{0}, int64_t{1} << 20);
 
 // What this binary was built on and what it loaded: `tandem --version`. A library listed twice means two
 // copies loaded (the wheel's and another), which the build is meant to rule out.
@@ -83,6 +98,7 @@ int run_check_config(const RecipeArgs& args, int64_t world_size) {
 
 int main(int argc, char** argv) {
   tandem::keep_freed_host_memory();
+  tandem::reproducible_blas();  // before MKL's first GEMM reads it
   // Logs go to stderr, so a command's stdout holds only its output (generate's text, check-config's
   // recipe, bench JSON). `train` replaces this logger with its own (console + train.log).
   spdlog::set_default_logger(spdlog::stderr_color_mt("tandem-cli"));
@@ -94,7 +110,8 @@ int main(int argc, char** argv) {
   int64_t check_world = 0;
   CLI::App* check = app.add_subcommand("check-config", "load, validate and print the fully resolved recipe");
   add_recipe_options(check, check_args);
-  check->add_option("--world-size", check_world, "also check parallel.{dp,cp,tp} against this many ranks");
+  check->add_option("--world-size", check_world, "also check parallel.{dp,cp,tp} against this many ranks")
+      ->check(kRanks);
 
   tandem::app::TrainArgs train_args;
   CLI::App* train = app.add_subcommand("train", "run GRPO / FlowGRPO training (launch with mpirun or srun)");
@@ -126,9 +143,9 @@ int main(int argc, char** argv) {
   gen->add_option("--tokenizer", gen_args.tokenizer, "tokenizer.json for --model (default: the model directory's)")
       ->needs(gen_model);
   gen->add_option("--prompt", gen_args.prompts, "prompt text (repeatable)")->required();
-  gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::PositiveNumber);
+  gen->add_option("--samples", gen_args.samples, "samples per prompt")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature, 0 = greedy (default: the recipe's)")
-      ->check(kFinite);
+      ->check(kFinite & CLI::NonNegativeNumber);
   // The same range as tracks.ar.rollout.max_new_tokens' largest useful value (a context length).
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "default: the recipe's")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
@@ -160,37 +177,45 @@ int main(int argc, char** argv) {
   tandem::app::BenchScheduleArgs sched;
   CLI::App* bench_schedule = bench->add_subcommand("schedule", "schedule a file of sequence lengths");
   bench_schedule->add_option("--lengths", sched.lengths_path, "file with one sequence length per line")->required();
-  bench_schedule->add_option("--dp", sched.dp, "data-parallel ranks")->required();
-  auto* mbs = bench_schedule->add_option("--micro-batch-size", sched.micro_batch_size, "rows per micro");
-  auto* budget = bench_schedule->add_option("--max-tokens-per-micro", sched.max_tokens_per_micro, "token budget");
+  bench_schedule->add_option("--dp", sched.dp, "data-parallel ranks")->required()->check(kRanks);
+  auto* mbs = bench_schedule->add_option("--micro-batch-size", sched.micro_batch_size, "rows per micro")->check(kSize);
+  auto* budget =
+      bench_schedule->add_option("--max-tokens-per-micro", sched.max_tokens_per_micro, "token budget")->check(kTokens);
   mbs->excludes(budget);
-  bench_schedule->add_option("--group-size", sched.group_size, "consecutive lines per group");
-  bench_schedule->add_option("--num-mini-batches", sched.num_mini_batches, "mini-batches per rollout");
+  bench_schedule->add_option("--group-size", sched.group_size, "consecutive lines per group")->check(kCount);
+  bench_schedule->add_option("--num-mini-batches", sched.num_mini_batches, "mini-batches per rollout")->check(kCount);
   bench_schedule->add_flag("--keep-groups", sched.keep_groups, "never split a group across dp ranks");
   bench_schedule->add_option("--cost", sched.cost, "cost model")->check(CLI::IsMember({"tokens", "workload"}));
-  bench_schedule->add_option("--hidden-size", sched.hidden_size, "hidden size for the workload cost model");
+  bench_schedule->add_option("--hidden-size", sched.hidden_size, "hidden size for the workload cost model")
+      ->check(kSize);
 
   tandem::app::BenchRolloutArgs roll;
   CLI::App* bench_rollout =
       bench->add_subcommand("rollout", "sampler tokens/s: KV cache vs recompute, continuous vs static batching");
-  bench_rollout->add_option("--hidden-size", roll.hidden_size, "model hidden size");
-  bench_rollout->add_option("--layers", roll.layers, "decoder layers");
-  bench_rollout->add_option("--heads", roll.heads, "attention heads");
-  bench_rollout->add_option("--kv-heads", roll.kv_heads, "kv heads (GQA)");
-  bench_rollout->add_option("--vocab", roll.vocab, "vocabulary size");
-  bench_rollout->add_option("--intermediate-size", roll.intermediate_size, "MLP size (0: ~8/3 hidden)");
-  bench_rollout->add_option("--prompt-len", roll.prompt_len, "prompt tokens per request");
-  bench_rollout->add_option("--max-new-tokens", roll.max_new_tokens, "response tokens (the long tail's cap)");
-  bench_rollout->add_option("--batch", roll.batch,
-                            "the sampler's max_batch: KV memory for this many unshared sequences, and the most "
-                            "decoded together without sharing");
-  bench_rollout->add_option("--max-live", roll.max_live,
-                            "the sampler's max_live: with shared prompts, the most sequences decoded together in "
-                            "that memory");
-  bench_rollout->add_option("--requests", roll.requests, "requests per run");
+  bench_rollout->add_option("--hidden-size", roll.hidden_size, "model hidden size")->check(kSize);
+  bench_rollout->add_option("--layers", roll.layers, "decoder layers")->check(kSize);
+  bench_rollout->add_option("--heads", roll.heads, "attention heads")->check(kSize);
+  bench_rollout->add_option("--kv-heads", roll.kv_heads, "kv heads (GQA)")->check(kSize);
+  bench_rollout->add_option("--vocab", roll.vocab, "vocabulary size")->check(kSize);
+  bench_rollout->add_option("--intermediate-size", roll.intermediate_size, "MLP size (0: ~8/3 hidden)")
+      ->check(kSizeOrZero);
+  bench_rollout->add_option("--prompt-len", roll.prompt_len, "prompt tokens per request")->check(kSize);
+  bench_rollout->add_option("--max-new-tokens", roll.max_new_tokens, "response tokens (the long tail's cap)")
+      ->check(kSize);
+  bench_rollout
+      ->add_option("--batch", roll.batch,
+                   "the sampler's max_batch: KV memory for this many unshared sequences, and the most "
+                   "decoded together without sharing")
+      ->check(kSize);
+  bench_rollout
+      ->add_option("--max-live", roll.max_live,
+                   "the sampler's max_live: with shared prompts, the most sequences decoded together in "
+                   "that memory")
+      ->check(kSize);
+  bench_rollout->add_option("--requests", roll.requests, "requests per run")->check(kCount);
   bench_rollout->add_option("--tail-sigma", roll.tail_sigma, "lognormal sigma of the long-tail lengths")
-      ->check(kFinite & CLI::NonNegativeNumber);
-  bench_rollout->add_option("--threads", roll.threads, "LibTorch intra-op threads (0: default)");
+      ->check(kFinite & CLI::Range(0.0, 16.0));
+  bench_rollout->add_option("--threads", roll.threads, "LibTorch intra-op threads (0: default)")->check(kThreadsOrZero);
   bench_rollout->add_option("--seed", roll.seed, "model, prompt and sampling seed");
   bench_rollout->add_option("--lengths", roll.lengths_path,
                             "workload file of lines 'group prompt_len response_len': time only it, with "
@@ -200,7 +225,7 @@ int main(int argc, char** argv) {
                    "with --lengths: off, auto (a group's prompt prefilled once) or compare (both, alternating)")
       ->check(CLI::IsMember({"off", "auto", "compare"}));
   bench_rollout->add_option("--repeats", roll.repeats, "with --lengths: timed runs per variant (median)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   bench_rollout->add_option("--profile", roll.profile_path,
                             "with --lengths: one more run of the last variant under the LibTorch profiler, its trace "
                             "written here (Chrome JSON)");
@@ -210,11 +235,9 @@ int main(int argc, char** argv) {
   tandem::app::BenchCommArgs comm_args;
   CLI::App* bench_comm =
       bench->add_subcommand("comm", "all-reduce bandwidth, tensor path vs raw MPI (run under mpirun)");
-  bench_comm->add_option("--min-mib", comm_args.min_mib, "smallest buffer (MiB)")->check(CLI::PositiveNumber);
-  bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")
-      ->check(CLI::PositiveNumber);
-  bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")
-      ->check(CLI::PositiveNumber);
+  bench_comm->add_option("--min-mib", comm_args.min_mib, "smallest buffer (MiB)")->check(kMib);
+  bench_comm->add_option("--max-mib", comm_args.max_mib, "largest buffer (MiB), sizes step by 4x")->check(kMib);
+  bench_comm->add_option("--iters", comm_args.iters, "iterations at 16 MiB (scaled by size)")->check(kCount);
 
   tandem::app::BenchStepArgs step_args;
   CLI::App* bench_step = bench->add_subcommand(
@@ -225,11 +248,11 @@ int main(int argc, char** argv) {
       ->add_option("--memory-budget-mib", step_args.memory_budget_mib,
                    "shared: the most peak tensor memory one micro of either track may take (sizes above it "
                    "are not eligible)")
-      ->check(kFinite & CLI::PositiveNumber);
+      ->check(kFinite & CLI::Range(1e-3, 1e9));
   bench_step->add_option("--config,-c", step_args.config_path, "recipe (default configs/unified.yaml)");
   bench_step->add_option("--set", step_args.overrides, "override a recipe key")->take_all();
-  bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(CLI::PositiveNumber);
-  bench_step->add_option("--threads", step_args.threads, "intra-op threads")->check(CLI::PositiveNumber);
+  bench_step->add_option("--repeats", step_args.repeats, "timed repeats per size (median)")->check(kCount);
+  bench_step->add_option("--threads", step_args.threads, "intra-op threads")->check(kThreads);
 
   tandem::app::BenchTrainArgs train_bench;
   CLI::App* bench_train = bench->add_subcommand(
@@ -238,35 +261,33 @@ int main(int argc, char** argv) {
       ->add_option("--lengths", train_bench.lengths_path,
                    "file with one sequence length per line, or lines 'group prompt_len response_len'")
       ->required();
-  bench_train->add_option("--hidden", train_bench.hidden, "hidden size")->check(CLI::PositiveNumber);
-  bench_train->add_option("--layers", train_bench.layers, "decoder layers")->check(CLI::PositiveNumber);
-  bench_train->add_option("--heads", train_bench.heads, "attention heads")->check(CLI::PositiveNumber);
-  bench_train->add_option("--kv-heads", train_bench.kv_heads, "kv heads (default: --heads)")
-      ->check(CLI::PositiveNumber);
-  bench_train->add_option("--ffn", train_bench.ffn, "MLP intermediate size (default ~8/3 hidden)")
-      ->check(CLI::PositiveNumber);
-  bench_train->add_option("--vocab", train_bench.vocab, "vocabulary size")->check(CLI::PositiveNumber);
+  bench_train->add_option("--hidden", train_bench.hidden, "hidden size")->check(kSize);
+  bench_train->add_option("--layers", train_bench.layers, "decoder layers")->check(kSize);
+  bench_train->add_option("--heads", train_bench.heads, "attention heads")->check(kSize);
+  bench_train->add_option("--kv-heads", train_bench.kv_heads, "kv heads (default: --heads)")->check(kSize);
+  bench_train->add_option("--ffn", train_bench.ffn, "MLP intermediate size (default ~8/3 hidden)")->check(kSize);
+  bench_train->add_option("--vocab", train_bench.vocab, "vocabulary size")->check(kSize);
   bench_train->add_option("--layout", train_bench.layout, "packed, padded or auto")
       ->check(CLI::IsMember({"packed", "padded", "auto"}));
-  auto* train_mbs = bench_train->add_option("--micro-batch-size", train_bench.micro_batch_size, "rows per micro")
-                        ->check(CLI::PositiveNumber);
+  auto* train_mbs =
+      bench_train->add_option("--micro-batch-size", train_bench.micro_batch_size, "rows per micro")->check(kSize);
   bench_train->add_option("--max-tokens-per-micro", train_bench.max_tokens_per_micro, "token budget per micro")
-      ->check(CLI::PositiveNumber)
-      ->excludes(train_mbs);
+      ->excludes(train_mbs)
+      ->check(kTokens);
   bench_train
       ->add_option("--threads", train_bench.threads, "intra-op threads (default: every CPU this process may use)")
-      ->check(CLI::PositiveNumber);
-  bench_train->add_option("--steps", train_bench.steps, "timed steps (median)")->check(CLI::PositiveNumber);
-  bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+      ->check(kThreads);
+  bench_train->add_option("--steps", train_bench.steps, "timed steps (median)")->check(kCount);
+  bench_train->add_option("--warmup", train_bench.warmup, "untimed steps first")->check(kCountOrZero);
   bench_train->add_option("--seed", train_bench.seed, "weights and tokens seed")->check(CLI::NonNegativeNumber);
   bench_train
       ->add_option("--save-logits-mib", train_bench.save_logits_mib,
                    "keep a micro's logits for the backward when they fit in this many MiB (0: recompute)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kMibOrZero);
   bench_train
       ->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
                    "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kSizeOrZero);
   bench_train->add_flag("--fused-head,!--no-fused-head", train_bench.fused_head,
                         "fuse the loss into the lm head (default) or recompute the logits in the backward");
   bench_train
@@ -297,17 +318,22 @@ int main(int argc, char** argv) {
                    "NAME=KEY=VALUE;KEY=VALUE... (repeatable; may be empty: B=); B is the baseline")
       ->take_all()
       ->required();
-  bench_ablate->add_option("--np", ablate.np, "ranks per run")->capture_default_str();
-  bench_ablate->add_option("--runs", ablate.runs, "runs per condition (>= 2 for a speedup)")->capture_default_str();
-  bench_ablate->add_option("--steps", ablate.steps, "measured steps per run")->capture_default_str();
+  bench_ablate->add_option("--np", ablate.np, "ranks per run")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  bench_ablate->add_option("--runs", ablate.runs, "runs per condition (>= 2 for a speedup)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  bench_ablate->add_option("--steps", ablate.steps, "measured steps per run")->capture_default_str()->check(kCount);
   bench_ablate->add_option("--warmup-steps", ablate.warmup_steps, "steps run first and not measured")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kCountOrZero);
   bench_ablate->add_option("--out", ablate.out, "run directory (default: a fresh temporary one, removed after)");
   bench_ablate->add_flag("--keep", ablate.keep, "keep the temporary run directory");
   bench_ablate->add_option("--mpirun", ablate.mpirun, "launcher (Open MPI's mpirun)")->capture_default_str();
   bench_ablate->add_option("--timeout-s", ablate.timeout_s, "seconds one run may take before it is killed")
-      ->check(kFinite & CLI::PositiveNumber)
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kFinite & CLI::Range(1e-3, 1e7));
   bench_ablate->footer(
       "Each run is `mpirun -np N tandem train --config FILE --set run.steps=W+S ...` (--set, then the\n"
       "condition's overrides), stdout/stderr in OUT/<cond>_<i>.log. Round 1 runs the conditions in the\n"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 
 namespace tandem {
@@ -23,6 +24,23 @@ std::string config_value(const std::string& config, const std::string& key) {
 
 }  // namespace
 
+// oneMKL's mkl_cbwr_set, under the name LibTorch's static oneMKL exports it (weak: absent from a
+// LibTorch built on another BLAS). The environment variable cannot be set from here: oneMKL reads it
+// while the libraries load, before main().
+extern "C" int mkl_serv_cbwr_set(int) __attribute__((weak));
+
+const std::string& reproducible_blas() {
+  static const std::string what = [] {
+    if (const char* v = std::getenv("MKL_CBWR")) return "MKL_CBWR=" + std::string(v) + " (the environment's)";
+    if (!mkl_serv_cbwr_set) return std::string("no oneMKL branch to set (another BLAS)");
+    constexpr int kAuto = 2, kStrict = 0x10000;  // MKL_CBWR_AUTO | MKL_CBWR_STRICT
+    const int rc = mkl_serv_cbwr_set(kAuto | kStrict);
+    return rc == 0 ? std::string("oneMKL strict reproducibility (MKL_CBWR=AUTO,STRICT)")
+                   : "oneMKL refused strict reproducibility (mkl_cbwr_set returned " + std::to_string(rc) + ")";
+  }();
+  return what;
+}
+
 std::string blas_description() {
   const std::string config = at::show_config();
   std::string blas = config_value(config, "BLAS_INFO=");
@@ -36,6 +54,7 @@ std::string blas_description() {
   }
   const std::string capability = config_value(config, "CPU capability usage: ");
   if (!capability.empty()) out += ", ATen CPU capability " + capability;
+  out += ", " + reproducible_blas();
   return out;
 }
 

@@ -9,6 +9,14 @@
 
 namespace tandem {
 
+// Call first in main(), before any GEMM: oneMKL's strict conditional numerical reproducibility
+// (as MKL_CBWR=AUTO,STRICT) unless the environment sets MKL_CBWR itself. Without it a threaded
+// GEMM's sums could come out in another order when another thread's GEMMs compete for the cores:
+// train.overlap's sampler beside its forward thread changed low bits in ~4% of runs
+// (e2e.overlap_threads: 4 of 110 runs without, 0 of 280 with), and the mid bench step's time did
+// not change measurably. Returns what it did, for the log (blas_description() includes it).
+const std::string& reproducible_blas();
+
 // One line for the logs, from LibTorch's own build configuration, e.g.
 // "BLAS: mkl (oneMKL 2024.2), ATen CPU capability AVX512".
 std::string blas_description();

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import struct
+import re
 import subprocess
 import sys
 import tempfile
@@ -186,6 +187,10 @@ expect("a data file that is a FIFO", ["check-config", "--set", "tracks.ar.data.t
 
 # --- run directories ---
 (work / "a_file").write_text("x")
+expect("a pretrained-flow directory under a file", ["check-config", "--set", "tracks.image.enabled=true",
+                                                  "--set", "tracks.image.pretrain.steps=5",
+                                                  "--set", f"tracks.image.pretrain.path={work / 'a_file' / 'flow'}"],
+       "tracks.image.pretrain.path: ")
 expect("run.out_dir under a regular file", train_args("--set", f"run.out_dir={work / 'a_file' / 'runs'}"),
        "is not a directory")
 expect("run.out_dir that cannot be created (under /proc)", train_args("--set", "run.out_dir=/proc/tandem_runs"),
@@ -314,7 +319,8 @@ else:
 fixture = llama / "tiny_qwen2"
 tok = root / "tests/fixtures/tokenizers/bytelevel_tiny"
 expect("generate --samples 10^9", ["generate", "--model", fixture, "--tokenizer", tok, "--prompt", "x",
-                                   "--samples", "1000000000"], "asks for more than 4096 samples", timeout=20)
+                                   "--samples", "1000000000"], "--samples: Value 1000000000 not in range 1 to 4096",
+       timeout=20)
 expect("generate --temperature nan", ["generate", "--model", fixture, "--tokenizer", tok, "--prompt", "x",
                                       "--temperature", "nan"], "must be a finite number")
 expect("bench rollout --tail-sigma inf", ["bench", "rollout", "--tail-sigma", "inf"], "must be a finite number")
@@ -330,6 +336,24 @@ laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + \
 (work / "laughs.yaml").write_text("\n".join(laughs) + "\n")
 expect("a recipe of nested YAML aliases", ["check-config", "--config", work / "laughs.yaml"],
        "expands to more than 100000 YAML nodes", timeout=20)
+
+# Every numeric flag of every subcommand, found in its --help (so a new flag is covered): 2^62 for an
+# integer (every count and size has a bound far below it; seeds take any value) and NaN for a
+# float must be a parse error naming the flag, exit 2, at once.
+subcommands = ["check-config", "train", "eval", "pretrain-flow", "generate", "ckpt info", "ckpt export-hf",
+               "bench schedule", "bench rollout", "bench comm", "bench step", "bench train", "bench ablate"]
+numeric = 0
+for sub in subcommands:
+    rc, text = run(sub.split() + ["--help"], timeout=20)
+    for flag, kind in re.findall(r"^\s+(--[a-z0-9-]+)(?:,\s*-\w)?\s+(INT|UINT|FLOAT)\b", text, re.M):
+        if kind == "UINT" or flag == "--seed":  # any non-negative seed is a seed
+            continue
+        numeric += 1
+        value = "nan" if kind == "FLOAT" else str(2 ** 62)
+        expect(f"{sub} {flag} {value}", sub.split() + [flag, value], flag, timeout=20)
+if numeric < 40:
+    failures.append("numeric flags")
+    print(f"FAIL numeric flags: only {numeric} found in the subcommands' --help")
 
 shutil.rmtree(work, ignore_errors=True)
 print(f"{count - len(failures)} of {count} malformed inputs handled")

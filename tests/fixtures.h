@@ -4,9 +4,12 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/error.h"
 
 namespace tandem::test {
 
@@ -34,5 +37,26 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The message of the UserError `f` throws; "<no error>" when it throws none.
+template <class F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+#ifdef TANDEM_TOKENIZER_CACHE_DIR
+// A real tokenizer's directory (scripts/fixtures/fetch_tokenizers.sh): $TANDEM_TOKENIZER_DIR/<name>,
+// else the build's cache.
+inline std::string real_tokenizer_dir(const std::string& name) {
+  const char* env = std::getenv("TANDEM_TOKENIZER_DIR");
+  const std::string root = env && *env ? env : TANDEM_TOKENIZER_CACHE_DIR;
+  return root + "/" + name;
+}
+#endif
 
 }  // namespace tandem::test

@@ -2,9 +2,11 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "runtime/blas_kernel.h"
 #include "runtime/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::keep_freed_host_memory();  // as the tandem binary runs
+  tandem::reproducible_blas();
   return Catch::Session().run(argc, argv);
 }

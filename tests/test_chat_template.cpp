@@ -16,8 +16,8 @@
 
 #include "common/error.h"
 #include "fixtures.h"
+#include "models/jinja/jinja.h"
 #include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/jinja.h"
 
 using namespace tandem;
 using namespace tandem::models;
@@ -35,16 +35,6 @@ std::vector<ChatMessage> messages_of(const json& list) {
 }
 
 // The message of the UserError `f` throws, or a marker when it throws nothing.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 // constructs.json holds dicts whose key order shows in the output (printing, tojson): read it
 // with ordered_json, not through load_fixture's sorted json.
 const ordered_json& constructs() {
@@ -106,8 +96,8 @@ TEST_CASE("conversations a chat template rejects throw its message at its line",
     const ChatTemplate t = model_template(fx, name);
     for (const auto& c : fx["errors"]) {
       INFO(name << ": " << c["name"].get<std::string>() << " (jinja2: " << c["python_error"].get<std::string>() << ")");
-      const std::string message =
-          error_of([&] { t.render(messages_of(c["messages"]), c["add_generation_prompt"].get<bool>(), c["extra"]); });
+      const std::string message = test::user_error_of(
+          [&] { t.render(messages_of(c["messages"]), c["add_generation_prompt"].get<bool>(), c["extra"]); });
       CHECK(message.find(std::string("chat template ") + name + "/tokenizer_config.json:") == 0);
       if (!c["line"].is_null())
         CHECK(message.find("tokenizer_config.json:" + std::to_string(c["line"].get<int>()) + ": ") !=
@@ -127,8 +117,8 @@ TEST_CASE("Jinja constructs render as Python's jinja2 renders them", "[chat_temp
     INFO(name << ": " << c["template"].get<std::string>());
     const ordered_json& context = c.contains("context") ? c["context"] : fx["default_context"];
     std::string got;
-    const std::string error =
-        error_of([&] { got = jinja::Template::parse(c["template"].get<std::string>(), name).render(context); });
+    const std::string error = test::user_error_of(
+        [&] { got = jinja::Template::parse(c["template"].get<std::string>(), name).render(context); });
     CHECK(error == "<no error>");
     CHECK(got == c["expected"].get<std::string>());
   }
@@ -140,7 +130,7 @@ TEST_CASE("unsupported and malformed templates throw UserError naming the constr
   for (const auto& c : fx["errors"]) {
     const std::string name = c["name"].get<std::string>();
     INFO(name << ": " << c["template"].get<std::string>() << " (jinja2 " << c["python"].get<std::string>() << ")");
-    const std::string message = error_of(
+    const std::string message = test::user_error_of(
         [&] { jinja::Template::parse(c["template"].get<std::string>(), "t.jinja").render(fx["default_context"]); });
     CHECK(message.find("t.jinja:" + std::to_string(c["line"].get<int>()) + ": ") == 0);
     CHECK(message.find(c["error"].get<std::string>()) != std::string::npos);
@@ -186,19 +176,19 @@ TEST_CASE("ChatTemplate reads tokenizer_config.json as transformers does", "[cha
   }
   SECTION("errors name the file") {
     write_file(path, json{{"bos_token", "<s>"}}.dump());
-    CHECK_THAT(error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
                Catch::Contains(path) && Catch::Contains("no \"chat_template\""));
     write_file(path, json{{"chat_template", json::array({{{"name", "rag"}, {"template", "x"}}})}}.dump());
-    CHECK_THAT(error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
                Catch::Contains(path) && Catch::Contains("\"default\""));
     write_file(path, json{{"chat_template", "line one\n{% if x %}never closed"}}.dump());
-    CHECK_THAT(error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_tokenizer_config(path); }),
                Catch::StartsWith("chat template " + path + ":2: "));
     write_file(path, "{not json");
-    CHECK_THAT(error_of([&] { ChatTemplate::from_tokenizer_config(path); }), Catch::Contains(path));
-    CHECK_THAT(error_of([&] { ChatTemplate::from_tokenizer_config(dir.file("absent.json")); }),
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_tokenizer_config(path); }), Catch::Contains(path));
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_tokenizer_config(dir.file("absent.json")); }),
                Catch::Contains("absent.json"));
-    CHECK_THAT(error_of([&] { ChatTemplate::from_file(dir.file("absent.jinja"), "", ""); }),
+    CHECK_THAT(test::user_error_of([&] { ChatTemplate::from_file(dir.file("absent.jinja"), "", ""); }),
                Catch::Contains("absent.jinja"));
   }
   SECTION("a plain Jinja file") {
@@ -264,7 +254,7 @@ TEST_CASE("Template keeps dict order as given and checks its context", "[chat_te
   const jinja::Template t = jinja::Template::parse("{{ d }}{{ d|tojson }}", "t");
   CHECK(t.render(ordered_json::parse(R"({"d": {"b": 1, "a": 2}})")) == "{'b': 1, 'a': 2}{\"b\": 1, \"a\": 2}");
   CHECK(t.render(json::parse(R"({"d": {"b": 1, "a": 2}})")) == "{'a': 2, 'b': 1}{\"a\": 2, \"b\": 1}");
-  CHECK_THAT(error_of([&] { t.render(json::array()); }), Catch::Contains("must be a JSON object"));
+  CHECK_THAT(test::user_error_of([&] { t.render(json::array()); }), Catch::Contains("must be a JSON object"));
   CHECK(t.origin() == "t");
 }
 

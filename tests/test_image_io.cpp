@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "core/run/image_io.h"
+#include "core/io/image_io.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;

@@ -7,9 +7,9 @@
 
 #include "common/error.h"
 #include "core/config/config.h"
+#include "core/io/image_io.h"
 #include "core/rewards/image_rewards.h"
 #include "core/rewards/shape_classifier.h"
-#include "core/run/image_io.h"
 #include "core/tasks/shapes.h"
 
 using namespace tandem;

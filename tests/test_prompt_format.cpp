@@ -10,32 +10,13 @@
 
 #include "common/error.h"
 #include "core/policies/prompt_format.h"
+#include "fixtures.h"
 #include "models/tokenizers/tokenizer.h"
 
 using namespace tandem;
 
-namespace {
-
-std::string real_dir(const std::string& name) {
-  const char* env = std::getenv("TANDEM_TOKENIZER_DIR");
-  const std::string root = env && *env ? env : TANDEM_TOKENIZER_CACHE_DIR;
-  return root + "/" + name;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-}  // namespace
-
 TEST_CASE("chat_template_kwargs reach the template: Qwen3's enable_thinking", "[prompt_format]") {
-  const std::string dir = real_dir("qwen3");
+  const std::string dir = test::real_tokenizer_dir("qwen3");
   if (!std::filesystem::exists(dir + "/tokenizer.json")) {
     WARN("skipping: the real Qwen3 tokenizer is not in " << dir << " (scripts/fixtures/fetch_tokenizers.sh)");
     return;
@@ -64,7 +45,7 @@ TEST_CASE("chat_template_kwargs: typed values, and refused without a template", 
   o.template_kwargs = {{"flag", "false"}, {"n", "41"}, {"s", "\"ab\""}};
   CHECK(PromptFormat(o, *tok).render("q") == "q|True|42|ab");
   o.chat_template = "none";
-  CHECK_THAT(error_of([&] { PromptFormat(o, *tok); }),
+  CHECK_THAT(test::user_error_of([&] { PromptFormat(o, *tok); }),
              Catch::Contains("chat_template_kwargs ({\"flag\":false,\"n\":41,\"s\":\"ab\"}) need a chat template"));
   std::filesystem::remove(path);
 }
@@ -74,11 +55,11 @@ TEST_CASE("a tokenizer may run past the model's vocabulary only with special tok
   // Always: a char tokenizer's characters are ordinary tokens, so a model one id short is refused.
   const auto chars = models::make_char_tokenizer("ab");  // <pad> <bos> <eos> a b: 5 ids
   CHECK_NOTHROW(check_tokenizer_fits(*chars, 5, "tok"));
-  CHECK(error_of([&] {
+  CHECK(test::user_error_of([&] {
           check_tokenizer_fits(*chars, 4, "tok");
         }).find("tok has 5 ids but the model's vocabulary has 4") != std::string::npos);
   // Gemma 3 1B: a 262144-id model with the family's tokenizer, whose <image_soft_token> is id 262144.
-  const std::string dir = real_dir("gemma3");
+  const std::string dir = test::real_tokenizer_dir("gemma3");
   if (!std::filesystem::exists(dir + "/tokenizer.json")) {
     WARN("skipping the Gemma 3 half: its tokenizer is not in " << dir << " (scripts/fixtures/fetch_tokenizers.sh)");
     return;
@@ -86,14 +67,15 @@ TEST_CASE("a tokenizer may run past the model's vocabulary only with special tok
   const auto gemma = models::load_hf_tokenizer(dir);
   REQUIRE(gemma->vocab_size() == 262145);
   CHECK_NOTHROW(check_tokenizer_fits(*gemma, 262144, "gemma"));
-  CHECK(error_of([&] { check_tokenizer_fits(*gemma, 262000, "gemma"); }).find("no special token") != std::string::npos);
+  CHECK(test::user_error_of([&] { check_tokenizer_fits(*gemma, 262000, "gemma"); }).find("no special token") !=
+        std::string::npos);
   PromptFormatOptions o;
   o.tokenizer_path = dir;
   o.model_vocab = 262144;
   const PromptFormat format(o, *gemma);
   const std::vector<int64_t> ids = format.encode("What is 2+2?");
   CHECK(*std::max_element(ids.begin(), ids.end()) < 262144);
-  const std::string e = error_of([&] { format.encode("look: <image_soft_token>"); });
+  const std::string e = test::user_error_of([&] { format.encode("look: <image_soft_token>"); });
   CHECK(e.find("<image_soft_token> (id 262144), past the model's vocabulary of 262144") != std::string::npos);
   o.model_vocab = 0;  // no model (the tokenizer alone): nothing to refuse
   CHECK_NOTHROW(PromptFormat(o, *gemma).encode("look: <image_soft_token>"));

@@ -35,29 +35,13 @@ std::string fixture_dir(const std::string& name) { return std::string(TANDEM_FIX
 std::string fixture_json(const std::string& name) { return read_text(fixture_dir(name) + "/tokenizer.json"); }
 
 // The message of the UserError `f` throws, or a marker when it throws nothing.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 std::string parse_error(const json& tokenizer, const std::string& config = "") {
-  return error_of([&] { parse_hf_tokenizer(tokenizer.dump(), "t.json", config); });
+  return test::user_error_of([&] { parse_hf_tokenizer(tokenizer.dump(), "t.json", config); });
 }
 
 std::unique_ptr<Tokenizer> parse(const json& tokenizer) { return parse_hf_tokenizer(tokenizer.dump(), "t.json"); }
 
 // Where fetch_tokenizers.sh put the real files: $TANDEM_TOKENIZER_DIR, else build/_deps/tokenizers.
-std::string real_dir(const std::string& name) {
-  const char* env = std::getenv("TANDEM_TOKENIZER_DIR");
-  const std::string root = env && *env ? env : TANDEM_TOKENIZER_CACHE_DIR;
-  return root + "/" + name;
-}
-
 // The formatter would split this literal again on every run (multi-byte characters).
 // clang-format off
 const std::string kMultilingual =
@@ -91,15 +75,16 @@ TEST_CASE("char tokenizer: specials first, then the alphabet in order", "[tokeni
 
 TEST_CASE("char tokenizer: clear errors", "[tokenizer]") {
   const auto t = make_char_tokenizer("abc ");
-  CHECK(error_of([&] { t->encode("ab cx"); }) ==
+  CHECK(test::user_error_of([&] { t->encode("ab cx"); }) ==
         "char tokenizer: 'x' (U+0078) at character 4 (byte 4) is not in the alphabet");
-  CHECK_THAT(error_of([&] { t->encode("aé!"); }), Catch::Contains("'é' (U+00E9) at character 1 (byte 1)"));
-  CHECK_THAT(error_of([&] { t->encode("a\n"); }), Catch::Contains("U+000A at character 1"));
-  CHECK_THAT(error_of([&] { t->encode("a\xff"); }), Catch::Contains("not valid UTF-8 at byte 1"));
-  CHECK_THAT(error_of([&] { t->decode({7}); }), Catch::Contains("id 7 is outside the vocabulary [0, 7)"));
-  CHECK_THAT(error_of([&] { t->decode({-1}); }), Catch::Contains("id -1"));
-  CHECK(error_of([] { make_char_tokenizer(""); }) == "char tokenizer: the alphabet is empty");
-  CHECK_THAT(error_of([] { make_char_tokenizer("abca"); }), Catch::Contains("repeats 'a' (U+0061) at character 3"));
+  CHECK_THAT(test::user_error_of([&] { t->encode("aé!"); }), Catch::Contains("'é' (U+00E9) at character 1 (byte 1)"));
+  CHECK_THAT(test::user_error_of([&] { t->encode("a\n"); }), Catch::Contains("U+000A at character 1"));
+  CHECK_THAT(test::user_error_of([&] { t->encode("a\xff"); }), Catch::Contains("not valid UTF-8 at byte 1"));
+  CHECK_THAT(test::user_error_of([&] { t->decode({7}); }), Catch::Contains("id 7 is outside the vocabulary [0, 7)"));
+  CHECK_THAT(test::user_error_of([&] { t->decode({-1}); }), Catch::Contains("id -1"));
+  CHECK(test::user_error_of([] { make_char_tokenizer(""); }) == "char tokenizer: the alphabet is empty");
+  CHECK_THAT(test::user_error_of([] { make_char_tokenizer("abca"); }),
+             Catch::Contains("repeats 'a' (U+0061) at character 3"));
 }
 
 TEST_CASE("tiny GPT-2-layout BPE: hand-computed ids", "[tokenizer]") {
@@ -241,7 +226,7 @@ TEST_CASE("SentencePiece-style BPE: characters, byte fallback, unk, normalizer a
     j["model"]["fuse_unk"] = false;
     CHECK(parse(j)->encode("hééa") == Ids{263, 0, 0, 262});
     j["model"].erase("unk_token");
-    CHECK_THAT(error_of([&] { parse(j)->encode("hé"); }),
+    CHECK_THAT(test::user_error_of([&] { parse(j)->encode("hé"); }),
                Catch::Contains("has no token and the model has no unk_token"));
   }
   SECTION("the Metaspace pre-tokenizer and decoder (the newer spelling of the same tokenizer)") {
@@ -321,9 +306,10 @@ TEST_CASE("malformed or unsupported tokenizer.json is a UserError naming the pat
     edit(j);
     return parse_error(j);
   };
-  CHECK_THAT(error_of([] { parse_hf_tokenizer("{\"model\": ", "t.json"); }),
+  CHECK_THAT(test::user_error_of([] { parse_hf_tokenizer("{\"model\": ", "t.json"); }),
              Catch::StartsWith("t.json: not valid JSON"));
-  CHECK_THAT(error_of([] { parse_hf_tokenizer("[1, 2]", "t.json"); }), Catch::Contains("(root): expected an object"));
+  CHECK_THAT(test::user_error_of([] { parse_hf_tokenizer("[1, 2]", "t.json"); }),
+             Catch::Contains("(root): expected an object"));
   CHECK_THAT(with([](json& j) { j.erase("model"); }), Catch::Contains("t.json: model: missing"));
   CHECK_THAT(with([](json& j) { j["model"]["type"] = "Unigram"; }),
              Catch::Contains("model.type: 'Unigram' is not supported"));
@@ -397,17 +383,17 @@ TEST_CASE("malformed or unsupported tokenizer.json is a UserError naming the pat
              Catch::Contains("t.json: decoder.decoders[0].content: expected one character"));
   CHECK_THAT(parse_error(base, R"({"eos_token": "</s>"})"), Catch::Contains("eos_token '</s>' is not a token"));
   CHECK_THAT(parse_error(base, "{"), Catch::Contains("tokenizer_config.json beside t.json: not valid JSON"));
-  CHECK_THAT(error_of([] { load_hf_tokenizer("/nonexistent/tokenizer.json"); }),
+  CHECK_THAT(test::user_error_of([] { load_hf_tokenizer("/nonexistent/tokenizer.json"); }),
              Catch::Contains("/nonexistent/tokenizer.json: no such tokenizer file"));
 
   // A vocabulary without every byte cannot encode every text; that is an error, not a crash.
   json j = base;
   j["model"]["vocab"].erase("!");
   const auto t = parse(j);
-  CHECK_THAT(error_of([&] { t->encode("hi!"); }), Catch::Contains("byte 0x21 (spelled '!') has no token"));
-  CHECK_THAT(error_of([&] { t->decode({33}); }), Catch::Contains("id 33 is not a token"));
-  CHECK_THAT(error_of([&] { t->decode({270}); }), Catch::Contains("id 270 is not a token"));
-  CHECK_THAT(error_of([&] { t->encode("ok\xc3("); }), Catch::Contains("not valid UTF-8 (byte 2)"));
+  CHECK_THAT(test::user_error_of([&] { t->encode("hi!"); }), Catch::Contains("byte 0x21 (spelled '!') has no token"));
+  CHECK_THAT(test::user_error_of([&] { t->decode({33}); }), Catch::Contains("id 33 is not a token"));
+  CHECK_THAT(test::user_error_of([&] { t->decode({270}); }), Catch::Contains("id 270 is not a token"));
+  CHECK_THAT(test::user_error_of([&] { t->encode("ok\xc3("); }), Catch::Contains("not valid UTF-8 (byte 2)"));
 }
 
 TEST_CASE("truncated and byte-flipped tokenizer.json never crash", "[tokenizer]") {
@@ -475,7 +461,7 @@ TEST_CASE("real GPT-2 / Llama-3 / Qwen2 tokenizer.json", "[tokenizer]") {
   };
   const json ref = test::load_fixture("tokenizer_reference.json");
   for (const Expect& e : expects) {
-    const std::string dir = real_dir(e.name);
+    const std::string dir = test::real_tokenizer_dir(e.name);
     if (!std::filesystem::exists(dir + "/tokenizer.json")) {
       WARN("skipping the real " << e.name << " tokenizer: " << dir
                                 << "/tokenizer.json is absent (run scripts/fixtures/fetch_tokenizers.sh)");
@@ -497,7 +483,7 @@ TEST_CASE("real GPT-2 / Llama-3 / Qwen2 tokenizer.json", "[tokenizer]") {
       CHECK(t->decode(ids) == text);
     }
   }
-  const std::string gpt2 = real_dir("gpt2");
+  const std::string gpt2 = test::real_tokenizer_dir("gpt2");
   if (std::filesystem::exists(gpt2 + "/tokenizer.json")) {
     const auto t = load_hf_tokenizer(gpt2);
     CHECK(t->encode(" world") == Ids{995});
@@ -509,7 +495,7 @@ TEST_CASE("real GPT-2 / Llama-3 / Qwen2 tokenizer.json", "[tokenizer]") {
     REQUIRE(smile.size() > 1);
     CHECK(t->decode(Ids(smile.begin(), smile.begin() + 1)) == "\xEF\xBF\xBD");
   }
-  const std::string qwen = real_dir("qwen3");
+  const std::string qwen = test::real_tokenizer_dir("qwen3");
   if (std::filesystem::exists(qwen + "/tokenizer.json")) {
     const auto t = load_hf_tokenizer(qwen);
     const Ids ids = t->encode("<|im_start|>user\nHi<|im_end|>\n<think>\n</think>");
@@ -534,7 +520,8 @@ TEST_CASE("encode throughput and pathological inputs", "[tokenizer]") {
   std::vector<std::pair<std::string, std::string>> tokenizers;
   // Mistral and Gemma 3 do not pre-split: each stretch between added tokens is one BPE word.
   for (const char* name : {"gpt2", "llama3", "qwen2_5", "mistral", "gemma3"})
-    if (std::filesystem::exists(real_dir(name) + "/tokenizer.json")) tokenizers.emplace_back(name, real_dir(name));
+    if (std::filesystem::exists(test::real_tokenizer_dir(name) + "/tokenizer.json"))
+      tokenizers.emplace_back(name, test::real_tokenizer_dir(name));
   if (tokenizers.empty()) tokenizers.emplace_back("bytelevel_tiny", fixture_dir("bytelevel_tiny"));
   for (const auto& [name, dir] : tokenizers) {
     const auto t = load_hf_tokenizer(dir);

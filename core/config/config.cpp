@@ -13,9 +13,7 @@
 
 #include "common/regular_file.h"
 #include "core/config/model_dir.h"
-#include "core/policies/text_policies.h"
-#include "core/rewards/image_rewards.h"
-#include "core/rewards/reward_factory.h"
+#include "core/config/name_tables.h"
 #include "parallel/parallel_dims.h"
 
 namespace tandem {
@@ -136,7 +134,7 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   } else {
     require(!m.query_pre_attn_scalar, mp + ".query_pre_attn_scalar", "applies to block gemma3 only");
   }
-  text_policy_spec(m.arch).validate(c);
+  run_ar_model_rules(c);
   if (!m.hf_dir) {
     // A fresh model is sized from these keys: refuse one this machine cannot hold before anything
     // is allocated (float32 weights, gradients and two AdamW moments: 16 bytes a parameter).
@@ -173,7 +171,7 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
           "tracks.ar.data.min_digits", "must not exceed max_digits");
   require(ar.data.task != "shape_corners" || (!ar.data.min_digits && !ar.data.max_digits), "tracks.ar.data.min_digits",
           "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
-  const auto& names = rewards::ar_reward_names();
+  const auto& names = registered_names(NameTable::kArReward);
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           unknown_name_message("AR reward", ar.reward.kind, names));
   require(ar.reward.kind != "command" || ar.reward.command, "tracks.ar.reward.command",
@@ -256,7 +254,7 @@ void validate_image(const Config& c) {
                 ": a shared model's text warm-start steps interleave with its "
                 "flow pretraining steps (at most one after each); lower it");
   }
-  const auto& names = rewards::image_reward_names();
+  const auto& names = registered_names(NameTable::kImageReward);
   require(std::find(names.begin(), names.end(), im.reward.kind) != names.end(), "tracks.image.reward.kind",
           unknown_name_message("image reward", im.reward.kind, names));
   require(im.reward.kind != "command" || im.reward.command, "tracks.image.reward.command",

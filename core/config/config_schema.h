@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/config/config.h"
-#include "core/tasks/task_factory.h"  // the task names: each table owns its names
+#include "core/config/name_tables.h"  // the task names, registered by tasks/
 
 namespace tandem::schema {
 
@@ -128,7 +128,7 @@ void visit(V& v, TokenizerConfig& c) {
 
 template <class V>
 void visit(V& v, ArDataConfig& c) {
-  v.choice("task", c.task, tasks::ar_task_names());
+  v.choice("task", c.task, registered_names(NameTable::kArTask));
   v.field("path", c.path);
   v.field("prompt_key", c.prompt_key);
   v.field("answer_key", c.answer_key);
@@ -218,7 +218,7 @@ void visit(V& v, ImageModelConfig& c) {
 
 template <class V>
 void visit(V& v, ImageDataConfig& c) {
-  v.choice("task", c.task, tasks::image_task_names());
+  v.choice("task", c.task, registered_names(NameTable::kImageTask));
 }
 
 template <class V>

@@ -5,7 +5,8 @@
 #include <chrono>
 
 #include "core/eval/pass_at_k.h"
-#include "core/tracks/ar_track.h"
+#include "core/policies/text_policies.h"
+#include "core/tasks/task_factory.h"
 #include "models/llama/sampler.h"
 #include "runtime/timing.h"
 
@@ -37,7 +38,7 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   ArDataConfig data = eval_.data;
   data.shuffle = false;  // a dataset in file order, so max_prompts takes its first lines
   const auto source =
-      make_ar_prompts(data, static_cast<int64_t>(static_cast<uint64_t>(config.run.seed) ^ kEvalSeedSalt));
+      tasks::make_ar_prompts(data, static_cast<int64_t>(static_cast<uint64_t>(config.run.seed) ^ kEvalSeedSalt));
   const std::optional<int64_t> size = source->size();
   const int64_t n = std::min(eval_.max_prompts.value_or(size.value_or(kSyntheticEvalPrompts)),
                              size.value_or(eval_.max_prompts.value_or(kSyntheticEvalPrompts)));

@@ -2,12 +2,24 @@
 #include "core/policies/text_policies.h"
 
 #include "common/error.h"
+#include "core/config/name_tables.h"
 #include "core/policies/llama_policy.h"
 #include "core/policies/unified_policy.h"
 #include "models/llama/weights.h"
 #include "models/unified/weights.h"
 
 namespace tandem {
+
+PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
+  PromptFormatOptions o;
+  o.chat_template = ar.data.chat_template;
+  o.system_prompt = ar.data.system_prompt;
+  o.template_kwargs = ar.data.chat_template_kwargs;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
+  o.model_eos_ids = ar.model.eos_token_ids;
+  o.model_vocab = ar.model.vocab_size;
+  return o;
+}
 
 namespace {
 
@@ -110,5 +122,10 @@ const TextPolicySpec& text_policy_spec(ArArch arch) {
     if (s.arch == arch) return s;
   throw std::logic_error(std::string("text_policy_spec: no entry for arch ") + to_string(arch));
 }
+
+namespace {
+// validate() runs each arch's rules through config/name_tables.h.
+const ArModelRuleRegistrar kArchRules([](const Config& c) { text_policy_spec(c.tracks.ar.model.arch).validate(c); });
+}  // namespace
 
 }  // namespace tandem

@@ -10,11 +10,15 @@
 #include <string>
 
 #include "core/config/config.h"
+#include "core/policies/prompt_format.h"
 #include "core/policies/text_policy.h"
 #include "models/unified/model.h"
 #include "parallel/parallel_context.h"
 
 namespace tandem {
+
+// The recipe's chat template, system prompt, tokenizer and model stop ids as PromptFormat options.
+PromptFormatOptions prompt_format_options(const ArTrackConfig& ar);
 
 struct BuiltTextPolicy {
   std::unique_ptr<TextPolicy> policy;

@@ -6,8 +6,9 @@
 
 #include "common/error.h"
 #include "core/config/config.h"
+#include "core/config/name_tables.h"
+#include "core/io/image_io.h"
 #include "core/rewards/shape_classifier.h"
-#include "core/run/image_io.h"
 
 namespace tandem::rewards {
 
@@ -122,5 +123,9 @@ std::unique_ptr<ImageRewardFn> make_image_reward(const std::string& kind, const 
     }
   throw UserError(unknown_name_message("image reward", kind, image_reward_names()));
 }
+
+namespace {
+const NameRegistrar kImageRewardNames(NameTable::kImageReward, image_reward_names());  // config/name_tables.h
+}  // namespace
 
 }  // namespace tandem::rewards

@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "core/config/config.h"
+#include "core/config/name_tables.h"
 #include "core/rewards/math_answer.h"
 #include "core/rewards/reward_process.h"
 #include "core/rewards/text_match.h"
@@ -61,5 +62,9 @@ std::string reference_problem(const std::string& kind, const std::string& answer
     return "the reference answer is empty, so " + kind + " could never score a response";
   return "";
 }
+
+namespace {
+const NameRegistrar kArRewardNames(NameTable::kArReward, ar_reward_names());  // for the recipe (config/name_tables.h)
+}  // namespace
 
 }  // namespace tandem::rewards

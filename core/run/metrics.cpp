@@ -53,7 +53,10 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_step) : 
     for (std::string line; std::getline(in, line);) {
       if (line.empty()) continue;
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("step") && j["step"].get<int64_t>() <= resume_step) out << line << "\n";
+      // Only the steps the resumed run does again go; a line this reader cannot place is kept.
+      const bool redone = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                          j["step"].get<int64_t>() > resume_step;
+      if (!redone) out << line << "\n";
     }
     out.close();
     fs::rename(tmp, path_);
@@ -86,7 +89,8 @@ std::vector<std::pair<int64_t, MetricMap>> read_metrics_jsonl(const std::string&
     ++n;
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("step")) throw UserError(path + ":" + std::to_string(n) + ": not a metrics line");
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+      throw UserError(path + ":" + std::to_string(n) + ": not a metrics line (a JSON object with an integer step)");
     MetricMap m;
     for (const auto& [k, v] : j.items())
       if (k != "step") m[k] = v.is_number() ? v.get<double>() : std::nan("");

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "core/run/image_io.h"
+#include "core/io/image_io.h"
 #include "core/tasks/det_rng.h"
 
 namespace tandem::tasks {

@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "core/config/config.h"
+#include "core/config/name_tables.h"
 #include "core/tasks/dataset_source.h"
 #include "core/tasks/jsonl_dataset.h"
 
@@ -38,5 +39,21 @@ std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const 
   }
   throw UserError(unknown_name_message("AR task", task, ar_task_names()));
 }
+
+std::unique_ptr<PromptSource> make_ar_prompts(const ArDataConfig& d, int64_t seed) {
+  std::optional<SyntheticOptions> synthetic;
+  if (auto task = synthetic_task_from_name(d.task); task && (d.min_digits || d.max_digits)) {
+    synthetic = default_synthetic_options(*task);
+    if (d.min_digits) synthetic->min_digits = *d.min_digits;
+    if (d.max_digits) synthetic->max_digits = *d.max_digits;
+  }
+  return make_prompt_source(d.task, d.path, d.prompt_key, d.answer_key, d.shuffle, seed, synthetic);
+}
+
+namespace {
+// The recipe schema offers exactly these names (config/name_tables.h).
+const NameRegistrar kArTaskNames(NameTable::kArTask, ar_task_names());
+const NameRegistrar kImageTaskNames(NameTable::kImageTask, image_task_names());
+}  // namespace
 
 }  // namespace tandem::tasks

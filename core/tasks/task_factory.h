@@ -11,6 +11,10 @@
 #include "core/tasks/prompt_source.h"
 #include "core/tasks/synthetic.h"
 
+namespace tandem {
+struct ArDataConfig;
+}
+
 namespace tandem::tasks {
 
 // `task` is one of ar_task_names(): a synthetic task, whose difficulty is
@@ -26,5 +30,9 @@ std::unique_ptr<PromptSource> make_prompt_source(const std::string& task, const 
                                                  const std::string& prompt_key, const std::string& answer_key,
                                                  bool shuffle, int64_t seed,
                                                  const std::optional<SyntheticOptions>& synthetic = std::nullopt);
+
+// The task's prompt stream for `seed` from the recipe's tracks.ar.data, with its digit range for
+// synthetic tasks.
+std::unique_ptr<PromptSource> make_ar_prompts(const ArDataConfig& data, int64_t seed);
 
 }  // namespace tandem::tasks

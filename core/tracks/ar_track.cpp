@@ -40,27 +40,6 @@ std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
 
 }  // namespace
 
-PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
-  PromptFormatOptions o;
-  o.chat_template = ar.data.chat_template;
-  o.system_prompt = ar.data.system_prompt;
-  o.template_kwargs = ar.data.chat_template_kwargs;
-  if (ar.tokenizer.kind == TokenizerKind::kHf) o.tokenizer_path = ar.tokenizer.path;
-  o.model_eos_ids = ar.model.eos_token_ids;
-  o.model_vocab = ar.model.vocab_size;
-  return o;
-}
-
-std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& d, int64_t seed) {
-  std::optional<tasks::SyntheticOptions> synthetic;
-  if (auto task = tasks::synthetic_task_from_name(d.task); task && (d.min_digits || d.max_digits)) {
-    synthetic = tasks::default_synthetic_options(*task);
-    if (d.min_digits) synthetic->min_digits = *d.min_digits;
-    if (d.max_digits) synthetic->max_digits = *d.max_digits;
-  }
-  return tasks::make_prompt_source(d.task, d.path, d.prompt_key, d.answer_key, d.shuffle, seed, synthetic);
-}
-
 ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
                  bool rollout_only)
     : config_(config), comms_(comms), device_(device), dtype_(dtype) {
@@ -109,7 +88,7 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
     spdlog::info("eval: {} held-out prompts x {} samples (+ greedy) every {} steps{}", evaluator_->prompt_count(),
                  config.eval.samples_per_prompt, config.eval.every, config.eval.at_start ? " and at the start" : "");
   }
-  prompts_ = make_ar_prompts(ar.data, config.run.seed);
+  prompts_ = tasks::make_ar_prompts(ar.data, config.run.seed);
   reward_ = rewards::make_reward(ar.reward.kind, ar.reward.command, ar.reward.timeout_s);
   geometry_ = resolve_geometry(config.train, ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode);
   update_.policy.clip_low = ar.algo.clip_low;

@@ -22,12 +22,6 @@
 
 namespace tandem {
 
-// The recipe's chat template, system prompt, tokenizer and model stop ids as PromptFormat options.
-PromptFormatOptions prompt_format_options(const ArTrackConfig& ar);
-
-// The task's prompt stream for `seed`, with the recipe's digit range for synthetic tasks.
-std::unique_ptr<tasks::PromptSource> make_ar_prompts(const ArDataConfig& data, int64_t seed);
-
 class ArTrack final : public Track {
  public:
   // rollout_only: a rollout rank's copy (parallel.rollout_ranks): no reference model; its dp is

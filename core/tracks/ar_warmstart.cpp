@@ -19,7 +19,7 @@ double ArTrack::warmstart_step(int64_t step) {
   const ArTrackConfig& ar = config_.tracks.ar;
   const ArWarmstartConfig& w = ar.warmstart;
   if (step == 0) {
-    warm_source_ = make_ar_prompts(ar.data, config_.run.seed + 1);
+    warm_source_ = tasks::make_ar_prompts(ar.data, config_.run.seed + 1);
     // No weight decay on the unified model: its image-only weights get no text gradient and would
     // only shrink (the Llama keeps AdamW's default decay, which its quickstart figures ran with).
     warm_opt_ = std::make_unique<torch::optim::AdamW>(

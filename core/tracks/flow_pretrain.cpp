@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/run/image_io.h"
+#include "core/io/image_io.h"
 #include "core/tasks/shapes.h"
 #include "models/dit/sampler.h"
 #include "models/safetensors.h"

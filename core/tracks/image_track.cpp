@@ -17,11 +17,11 @@
 
 #include "common/error.h"
 #include "core/grpo/advantage.h"
+#include "core/io/image_io.h"
 #include "core/policies/unified_policy.h"
 #include "core/rewards/image_rewards.h"
 #include "core/rewards/reward_factory.h"
 #include "core/rewards/shape_classifier.h"
-#include "core/run/image_io.h"
 #include "core/tasks/shapes.h"
 #include "core/tracks/flow_pretrain.h"
 #include "models/dit/flow_sde.h"

@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "models/llama/config.h"
+#include "models/layers/rope_scaling.h"
 
 namespace tandem::models {
 

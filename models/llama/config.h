@@ -1,5 +1,5 @@
-// LlamaConfig: the plain description of a Llama / Qwen2 decoder, and its mapping from and to a
-// Hugging Face config.json. models/ never reads the recipe; the caller fills this struct.
+// LlamaConfig: the plain description of a Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 decoder, and its mapping from and
+// to a Hugging Face config.json. models/ never reads the recipe; the caller fills this struct.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,30 +10,15 @@
 #include <vector>
 
 #include "models/layers/attention_kernel.h"
+#include "models/layers/rope_scaling.h"
 
 namespace tandem::models {
-
-// HF's rope_scaling: none (plain RoPE), linear (every frequency / factor) or llama3 (Llama 3.1's
-// wavelength-dependent blend of the two).
-enum class RopeScalingKind { kNone, kLinear, kLlama3 };
 
 // The decoder layer's arrangement. Llama (also Qwen2, Qwen3, Mistral): x + attn(norm(x)), then
 // + mlp(norm(x)), SwiGLU, RMSNorm scaled by w. Gemma 3: norms before and after both attention
 // and MLP, GeGLU with tanh-approximated GELU, RMSNorm scaled by (1 + w) in float32, embeddings
 // multiplied by sqrt(hidden).
 enum class DecoderBlock { kLlama, kGemma3 };
-
-struct RopeScaling {
-  RopeScalingKind kind = RopeScalingKind::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;      // llama3 only
-  double high_freq_factor = 4.0;     // llama3 only
-  int64_t original_max_seq_len = 0;  // llama3: original_max_position_embeddings
-  bool operator==(const RopeScaling& o) const {
-    return kind == o.kind && factor == o.factor && low_freq_factor == o.low_freq_factor &&
-           high_freq_factor == o.high_freq_factor && original_max_seq_len == o.original_max_seq_len;
-  }
-};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/tokenizers/jinja.h"
+#include "models/jinja/jinja.h"
 
 namespace tandem::models {
 

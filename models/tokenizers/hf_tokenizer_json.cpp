@@ -167,19 +167,25 @@ SplitBehavior read_behavior(const Reader& r, const json& v, const std::string& p
   r.fail(path, "'" + s + "' is not one of Isolated|Removed|MergedWithPrevious|MergedWithNext|Contiguous");
 }
 
-// Appends the stages of one pre-tokenizer; returns whether it contained a ByteLevel.
-bool read_pre_tokenizer(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
-  if (depth > 8) r.fail(path, "pre-tokenizers are nested too deeply");
+// Visits `node`, or each member when it is {"type": "Sequence", <list_key>: [...]} (nested ones
+// too, to depth 8): how the normalizer, pre-tokenizer and decoder lists are all read.
+// visit(node, path, type) gets every step that is not a Sequence.
+template <class F>
+void for_each_step(const Reader& r, const json& node, const std::string& path, const char* list_key, const char* what,
+                   F&& visit, int depth = 0) {
+  if (depth > 8) r.fail(path, std::string(what) + " are nested too deeply");
   r.object(node, path);
   const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
-  if (type == "Sequence") {
-    const std::string list_path = Reader::join(path, "pretokenizers");
-    const json& list = r.array(r.required(node, "pretokenizers", path), list_path);
-    bool byte_level = false;
-    for (size_t i = 0; i < list.size(); ++i)
-      byte_level = read_pre_tokenizer(r, list[i], Reader::index(list_path, i), spec, depth + 1) || byte_level;
-    return byte_level;
-  }
+  if (type != "Sequence") return visit(node, path, type);
+  const std::string list_path = Reader::join(path, list_key);
+  const json& list = r.array(r.required(node, list_key, path), list_path);
+  for (size_t i = 0; i < list.size(); ++i)
+    for_each_step(r, list[i], Reader::index(list_path, i), list_key, what, visit, depth + 1);
+}
+
+// Appends the stages of one pre-tokenizer step (not a Sequence); returns whether it is a ByteLevel.
+bool read_pre_tokenizer_step(const Reader& r, const json& node, const std::string& path, const std::string& type,
+                             BpeSpec& spec) {
   if (type == "ByteLevel") {
     const bool prefix = r.boolean(r.required(node, "add_prefix_space", path), Reader::join(path, "add_prefix_space"));
     if (prefix) spec.stages.push_back({PreTokenizerStage::Kind::kPrefixSpace, "", path});
@@ -245,18 +251,9 @@ std::string literal_pattern(const Reader& r, const json& node, const std::string
 
 constexpr const char* kNormalizers = "NFC, NFKC, Prepend, Replace, Sequence";
 
-void read_normalizer_node(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
-  if (depth > 8) r.fail(path, "normalizers are nested too deeply");
-  r.object(node, path);
-  const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
+void read_normalizer_step(const Reader& r, const json& node, const std::string& path, const std::string& type,
+                          BpeSpec& spec) {
   NormalizerStep step;
-  if (type == "Sequence") {
-    const std::string list_path = Reader::join(path, "normalizers");
-    const json& list = r.array(r.required(node, "normalizers", path), list_path);
-    for (size_t i = 0; i < list.size(); ++i)
-      read_normalizer_node(r, list[i], Reader::index(list_path, i), spec, depth + 1);
-    return;
-  }
   if (type == "NFC") {
     step.kind = NormalizerStep::Kind::kNfc;
   } else if (type == "NFKC") {
@@ -278,21 +275,15 @@ void read_normalizer_node(const Reader& r, const json& node, const std::string& 
 // differently from Hugging Face. An empty Sequence (DeepSeek-V3's) is no normalization.
 void read_normalizer(const Reader& r, const json& root, BpeSpec& spec) {
   const json* node = r.optional(root, "normalizer");
-  if (node) read_normalizer_node(r, *node, "normalizer", spec, 0);
+  if (node)
+    for_each_step(
+        r, *node, "normalizer", "normalizers", "normalizers",
+        [&](const json& n, const std::string& p, const std::string& t) { read_normalizer_step(r, n, p, t, spec); });
 }
 
-void read_decoder_node(const Reader& r, const json& node, const std::string& path, BpeSpec& spec, int depth) {
-  if (depth > 8) r.fail(path, "decoders are nested too deeply");
-  r.object(node, path);
-  const std::string type = r.string(r.required(node, "type", path), Reader::join(path, "type"));
+void read_decoder_step(const Reader& r, const json& node, const std::string& path, const std::string& type,
+                       BpeSpec& spec) {
   DecoderStep step;
-  if (type == "Sequence") {
-    const std::string list_path = Reader::join(path, "decoders");
-    const json& list = r.array(r.required(node, "decoders", path), list_path);
-    for (size_t i = 0; i < list.size(); ++i)
-      read_decoder_node(r, list[i], Reader::index(list_path, i), spec, depth + 1);
-    return;
-  }
   if (type == "ByteLevel") {
     step.kind = DecoderStep::Kind::kByteLevel;
   } else if (type == "Replace") {
@@ -335,7 +326,9 @@ void read_decoder(const Reader& r, const json& root, BpeSpec& spec) {
     if (!spec.byte_level) r.fail("decoder", "missing; a tokenizer without a ByteLevel pre-tokenizer needs a decoder");
     return;
   }
-  read_decoder_node(r, *node, "decoder", spec, 0);
+  for_each_step(
+      r, *node, "decoder", "decoders", "decoders",
+      [&](const json& n, const std::string& p, const std::string& t) { read_decoder_step(r, n, p, t, spec); });
   if (spec.byte_level && spec.decoders.size() == 1 && spec.decoders[0].kind == DecoderStep::Kind::kByteLevel)
     spec.decoders.clear();
 }
@@ -363,7 +356,13 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json,
     read_normalizer(r, root, spec);
     // Without a ByteLevel pre-tokenizer the vocabulary spells characters (SentencePiece style).
     const json* pre = r.optional(root, "pre_tokenizer");
-    spec.byte_level = pre && read_pre_tokenizer(r, *pre, "pre_tokenizer", spec, 0);
+    bool byte_level = false;
+    if (pre)
+      for_each_step(r, *pre, "pre_tokenizer", "pretokenizers", "pre-tokenizers",
+                    [&](const json& n, const std::string& p, const std::string& t) {
+                      byte_level = read_pre_tokenizer_step(r, n, p, t, spec) || byte_level;
+                    });
+    spec.byte_level = byte_level;
     if (spec.byte_level && spec.byte_fallback)
       r.fail("model.byte_fallback", "byte fallback with a ByteLevel pre-tokenizer is not supported");
     read_decoder(r, root, spec);

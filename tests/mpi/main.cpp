@@ -5,10 +5,12 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include "runtime/blas_kernel.h"
 #include "runtime/host_memory.h"
 
 int main(int argc, char** argv) {
   tandem::keep_freed_host_memory();
+  tandem::reproducible_blas();
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);  // ranks share this machine's cores
   int rank = 0;

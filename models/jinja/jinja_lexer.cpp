@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 

@@ -1,6 +1,6 @@
 // See preflight.h. Reads only headers and small files: the weights' tensor data is never loaded
 // here, so the check costs about a second even for a full-size model.
-#include "core/config/preflight.h"
+#include "core/trainer/preflight.h"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include "core/config/model_dir.h"
 #include "core/policies/llama_policy.h"
 #include "core/policies/prompt_format.h"
+#include "core/policies/text_policies.h"
 #include "core/rewards/reward_factory.h"
 #include "core/tasks/jsonl_dataset.h"
 #include "core/tracks/ar_track.h"
@@ -43,8 +44,21 @@ void check_device(const Config& c, std::vector<std::string>& done) {
   done.push_back(std::string("device: ") + (cuda ? "cuda" : "cpu") + ", backend " + to_string(c.parallel.backend));
 }
 
-// The run directory is created later, by rank 0; here only that it can be: the nearest existing
-// ancestor is a directory this process may write.
+// A directory the run creates later (on rank 0): here only that it can be. The nearest existing
+// ancestor is a directory this process may write, and `dir` itself, when it exists, is one.
+void check_creatable_dir(const std::string& key, const fs::path& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    throw UserError(key + ": " + dir.string() + " cannot be created: " + p.string() + " is not a directory");
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw UserError(key + ": " + dir.string() + " exists and is not a directory");
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    throw UserError(key + ": " + dir.string() + " cannot be " + (p == fs::absolute(dir, ec) ? "written" : "created") +
+                    ": " + p.string() + " is not writable");
+}
+
 void check_run_dir(const Config& c, std::vector<std::string>& done) {
   const fs::path run_dir = fs::path(c.run.out_dir) / c.run.name;
   if (c.run.name.empty()) throw UserError("run.name: must not be empty");
@@ -56,16 +70,15 @@ void check_run_dir(const Config& c, std::vector<std::string>& done) {
   if (run_dir.string().size() > 3900)
     throw UserError("run.out_dir: the run directory path is " + std::to_string(run_dir.string().size()) +
                     " bytes long; file systems take at most 4096 for a whole path (and checkpoints add more)");
+  check_creatable_dir("run.out_dir", run_dir);
   std::error_code ec;
-  fs::path p = fs::absolute(run_dir, ec);
-  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
-  if (!fs::is_directory(p, ec))
-    throw UserError("run.out_dir: " + run_dir.string() + " cannot be created: " + p.string() + " is not a directory");
-  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
-    throw UserError("run.out_dir: " + run_dir.string() + " exists and is not a directory");
-  if (::access(p.c_str(), W_OK | X_OK) != 0)
-    throw UserError("run.out_dir: " + run_dir.string() + " cannot be created: " + p.string() + " is not writable");
   done.push_back("run directory: " + run_dir.string() + (fs::exists(run_dir, ec) ? " (exists)" : " (can be created)"));
+  // The image track's pretrained flow: written there when pretraining runs (read otherwise).
+  const ImagePretrainConfig& p = c.tracks.image.pretrain;
+  if (c.tracks.image.enabled && p.path && p.steps > 0 && !fs::exists(fs::path(*p.path) / "model.safetensors", ec)) {
+    check_creatable_dir("tracks.image.pretrain.path", *p.path);
+    done.push_back("pretrained flow directory: " + *p.path);
+  }
 }
 
 // `data` (tracks.ar.data or eval.data, named by `key`): every line parses with its keys, every

@@ -1,7 +1,7 @@
 // The loop: every enabled track prepares its step, then each mini-batch accumulates every
 // track's weighted loss and takes one optimizer update over all parameters. Rank 0 owns the
 // run directory's files; checkpoints are collective (model shards gathered over tp).
-#include "core/run/trainer.h"
+#include "core/trainer/trainer.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>

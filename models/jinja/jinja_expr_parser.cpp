@@ -1,6 +1,6 @@
 // Jinja expression parser: jinja2's expression grammar and operator precedence (condexpr, or,
 // and, not, comparisons, + -, ~, * / // %, **, unary, postfix, filters and tests).
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 namespace {

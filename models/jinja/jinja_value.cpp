@@ -1,13 +1,13 @@
 // Internal to the Jinja interpreter: Python's semantics on runtime values (truth, str / repr,
 // equality and ordering, iteration, json.dumps), so rendered text matches CPython byte for byte.
-#include "models/tokenizers/jinja_value.h"
+#include "models/jinja/jinja_value.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "models/tokenizers/jinja_pystr.h"
+#include "models/jinja/jinja_pystr.h"
 
 namespace tandem::models::jinja {
 

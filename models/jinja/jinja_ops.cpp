@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 

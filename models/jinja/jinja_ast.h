@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "models/tokenizers/jinja.h"
-#include "models/tokenizers/jinja_pystr.h"
-#include "models/tokenizers/jinja_value.h"
+#include "models/jinja/jinja.h"
+#include "models/jinja/jinja_pystr.h"
+#include "models/jinja/jinja_value.h"
 
 namespace tandem::models::jinja {
 

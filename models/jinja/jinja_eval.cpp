@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "common/error.h"
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 

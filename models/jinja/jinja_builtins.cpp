@@ -9,7 +9,7 @@
 #include <functional>
 #include <map>
 
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 

@@ -1,6 +1,6 @@
 // 8-bit conversion, JPEG encoding and PNG grids over stb_image_write (Debian's libstb, or the
 // header compiled by core/stb_image_impl.cpp where only the header is installed).
-#include "core/run/image_io.h"
+#include "core/io/image_io.h"
 
 #include <stb_image_write.h>
 

@@ -2,7 +2,7 @@
 // generation, break / continue); unsupported tags, filters and tests fail here, at load time.
 #include <set>
 
-#include "models/tokenizers/jinja_ast.h"
+#include "models/jinja/jinja_ast.h"
 
 namespace tandem::models::jinja {
 namespace {

@@ -1,6 +1,6 @@
 // CPython's str algorithms on code points for the Jinja interpreter: lenient UTF-8, split /
 // rsplit, strip, splitlines, replace, find, count and case mapping.
-#include "models/tokenizers/jinja_pystr.h"
+#include "models/jinja/jinja_pystr.h"
 
 #include <locale.h>
 
