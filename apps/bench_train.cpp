@@ -33,6 +33,7 @@
 #include "parallel/vocab_parallel_logprob.h"
 #include "runtime/blas_kernel.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_stats.h"
 #include "runtime/host_memory.h"
 
 namespace tandem::app {
@@ -114,7 +115,20 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   int64_t max_len = 0;
   for (const auto& sp : specs) max_len = std::max(max_len, sp.length());
   const models::LlamaConfig mc = model_config(a, max_len);
+  if (mc.recompute_layers) return_freed_host_memory("--recompute layers");  // as train does
   models::LlamaForCausalLM model(mc, parallel::ParallelContext{}, static_cast<uint64_t>(a.seed));
+  const torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw UserError("bench train --device cuda: no GPU is visible to this LibTorch; use --device cpu");
+  const torch::Dtype dtype = a.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  model->to(dtype);
+  model->to(device);
+  reset_device_peak(device);
+  // The peak the MFU is taken against: the host's float32 BLAS GEMM as before, else a GEMM in the
+  // run's dtype on its device (8192^3 on a GPU).
+  const auto measure_peak = [&] {
+    return device.is_cpu() && dtype == torch::kFloat32 ? gemm_gflops(2048, 3) : peak_gflops(device, dtype);
+  };
   models::LogProbOptions lo;
   lo.save_logits_max_bytes = a.save_logits_mib << 20;
   lo.chunk_tokens = a.logits_chunk_tokens;
@@ -193,8 +207,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
       const bool profiled = profile_step && step == a.warmup + a.steps;
       std::optional<torch::autograd::profiler::RecordProfile> profile;
       if (profiled) profile.emplace(a.profile_path);
-      if (step == a.warmup && peaks.empty()) peaks.push_back(gemm_gflops(2048, 3));
+      if (step == a.warmup && peaks.empty()) peaks.push_back(measure_peak());
       const auto [faults0, system0] = faults_and_system_s();
+      synchronize(device);
       const auto t0 = Clock::now();
       MicroOutcome total;
       for (size_t k = 0; k < v.micros.size(); ++k) {
@@ -202,8 +217,10 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
         uo.share_prompts = v.micros[k].share_prompts;
         total += train_micro(policy, micro_samples(v.micros[k]), v.micros[k].denominators, uo, v.old_logp[k]);
       }
+      synchronize(device);
       const auto t1 = Clock::now();
       reduce_and_step(params, optimizer, *comm, 1.0, std::isfinite(total.loss));
+      synchronize(device);
       if (step < a.warmup || profiled) continue;
       v.opt_s.push_back(seconds_since(t1));
       v.step_s.push_back(seconds_since(t0));
@@ -212,7 +229,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
       v.system_s.push_back(system1 - system0);
       v.fwd_s.push_back(total.forward_s);
       v.bwd_s.push_back(total.backward_s);
-      peaks.push_back(gemm_gflops(2048, 3));
+      peaks.push_back(measure_peak());
       v.mfu.push_back(flops / v.step_s.back() / 1e9 / std::max(peaks[peaks.size() - 2], peaks.back()));
     }
   }
@@ -244,6 +261,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   out["peak_rss_gib"] = static_cast<double>(usage.ru_maxrss) / (1 << 20);  // ru_maxrss is in KiB
+  out["device"] = device.str();
+  out["dtype"] = a.dtype;
+  if (device.is_cuda()) out["peak_gpu_gib"] = device_peak_bytes(device) / static_cast<double>(1 << 30);
   // The first variant's figures at the top level (as before); each variant's below.
   const auto figures = [&](const Variant& v) {
     const double vt = median(v.step_s);
@@ -270,7 +290,10 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   out["tokens_per_s"] = static_cast<double>(tokens) / t;
   out["model_flops_per_step"] = flops;
   out["achieved_gflops"] = flops / t / 1e9;
-  out["gemm2048_f32_gflops"] = peak;    // the best of every measurement
+  out["gemm2048_f32_gflops"] = peak;  // the best of every measurement
+  out["gemm_peak"] = device.is_cpu() && dtype == torch::kFloat32
+                         ? "float32 2048^3 BLAS on the host"
+                         : a.dtype + (device.is_cuda() ? " 8192^3 on " : " 2048^3 on ") + device.str();
   out["gemm2048_f32_samples"] = peaks;  // before the first timed step, then after each
   out["mfu"] = median(first.mfu);       // each step against the higher peak beside it
   out["mfu_vs_best_peak"] = flops / t / 1e9 / peak;

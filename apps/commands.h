@@ -76,6 +76,8 @@ struct BenchTrainArgs {
   std::string share_prompt = "off";  // off | auto (prompts shared) | compare (both, steps alternating)
   std::string attention = "auto";    // auto | fused | materialised
   std::string recompute = "none";    // none | layers
+  std::string device = "cpu";        // cpu | cuda (the first GPU)
+  std::string dtype = "float32";     // float32 | bfloat16 (pure bf16 weights and AdamW state)
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

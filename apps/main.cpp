@@ -302,6 +302,12 @@ int main(int argc, char** argv) {
       ->add_option("--recompute", train_bench.recompute,
                    "none or layers (each decoder layer's activations recomputed in the backward)")
       ->check(CLI::IsMember({"none", "layers"}));
+  bench_train->add_option("--device", train_bench.device, "cpu or cuda (the first visible GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  bench_train
+      ->add_option("--dtype", train_bench.dtype,
+                   "float32 or bfloat16 (pure bf16 weights and optimizer state; MFU against a bf16 GEMM peak)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   bench_train->add_option(
       "--profile", train_bench.profile_path,
       "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");

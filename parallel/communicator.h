@@ -22,6 +22,9 @@ class Communicator {
   virtual int64_t rank() const = 0;
   virtual int64_t size() const = 0;
   virtual std::string name() const = 0;  // e.g. "mpi:dp"
+  // Where the tensors it moves live: cpu for MPI (which also stages CUDA tensors through host
+  // memory for parallel.backend: mpi on a GPU), the group's GPU for NCCL.
+  virtual torch::Device device() const = 0;
 
   virtual void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;  // in place
   // (n, ...) on every rank -> (size * n, ...), rank-major.
@@ -37,6 +40,10 @@ class Communicator {
                                      std::vector<int64_t>* recv_counts = nullptr) = 0;
   virtual void barrier() = 0;
 };
+
+// Throws std::invalid_argument naming the collective, the tensor's device and the communicator's
+// when `t` is not on comm.device() (MPI: or on a CUDA device, which it stages).
+void check_device(const Communicator& comm, const torch::Tensor& t, const char* what);
 
 // The group of `axis` over MPI, with collectives bounded by timeout_s.
 std::unique_ptr<Communicator> make_mpi_communicator(const ProcessGroups& groups, Axis axis, double timeout_s);

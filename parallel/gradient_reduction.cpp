@@ -2,6 +2,8 @@
 // bucket_bytes, reduced in one call, and copied back.
 #include "parallel/gradient_reduction.h"
 
+#include <cmath>
+
 namespace tandem::parallel {
 
 void all_reduce_gradients(const std::vector<torch::Tensor>& params, Communicator& comm, int64_t bucket_bytes) {
@@ -41,16 +43,31 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& params, Communicator
   }
 }
 
-bool all_ranks_finite(bool local_finite, Communicator& comm) {
-  torch::Tensor bad = torch::tensor({local_finite ? 0.0 : 1.0}, torch::kFloat64);
-  comm.all_reduce(bad, ReduceOp::kMax);
-  return bad.item<double>() == 0.0;
+torch::Tensor gradients_sq_norm(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;  // () float64 each, on its gradient's device
+  torch::Device device = torch::kCPU;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    device = p.grad().device();
+    norms.push_back(torch::linalg_vector_norm(p.grad(), 2, c10::nullopt, false, torch::kFloat64));
+  }
+  if (norms.empty()) return torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device));
+  return torch::stack(norms).pow(2).sum();  // ()
 }
 
-bool gradients_finite(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params)
-    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
-  return true;
+GradientCheck check_gradients(const std::vector<torch::Tensor>& params, bool local_loss_finite, Communicator& comm) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor sq = gradients_sq_norm(params).to(comm.device());  // ()
+  const torch::Tensor bad =                                              // (1): 1 where this rank is not finite
+      torch::logical_or(torch::logical_not(torch::isfinite(sq)), torch::tensor(!local_loss_finite).to(sq.device()))
+          .to(torch::kFloat64)
+          .reshape({1});
+  torch::Tensor flag = bad.clone();
+  comm.all_reduce(flag, ReduceOp::kMax);
+  const torch::Tensor host = torch::cat({flag, sq.reshape({1})}).to(torch::kCPU);  // (2): the step's one sync
+  const double* h = host.data_ptr<double>();
+  return {h[0] == 0.0, std::sqrt(h[1])};
 }
 
 }  // namespace tandem::parallel

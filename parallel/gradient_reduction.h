@@ -17,10 +17,19 @@ constexpr int64_t kDefaultBucketBytes = 32LL << 20;
 void all_reduce_gradients(const std::vector<torch::Tensor>& params, Communicator& comm,
                           int64_t bucket_bytes = kDefaultBucketBytes);
 
-// True on every rank iff `local_finite` is true on every rank.
-bool all_ranks_finite(bool local_finite, Communicator& comm);
+// What the update needs to know of the reduced gradients, from one collective and one copy to the
+// host per step whatever the number of parameters (on CUDA, one host sync).
+struct GradientCheck {
+  bool finite = true;  // every rank's loss and every gradient finite (agreed over the group)
+  double norm = 0;     // L2 norm of this rank's gradients, accumulated in float64
+};
 
-// True iff every gradient of `params` is finite (local check).
-bool gradients_finite(const std::vector<torch::Tensor>& params);
+// The squared norm of every gradient, summed on the gradients' device: a () float64 tensor that is
+// non-finite iff some gradient is (float32 squares cannot overflow float64).
+torch::Tensor gradients_sq_norm(const std::vector<torch::Tensor>& params);
+
+// Agrees over `comm` whether the step is finite (local_loss_finite and the gradients on each rank),
+// with a flag on the communicator's device, and reads it back with the norm in one copy.
+GradientCheck check_gradients(const std::vector<torch::Tensor>& params, bool local_loss_finite, Communicator& comm);
 
 }  // namespace tandem::parallel

@@ -64,12 +64,16 @@ int to_int(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-void require_cpu_contiguous(const torch::Tensor& t, const char* what) {
-  if (!t.device().is_cpu()) throw std::invalid_argument(std::string(what) + ": MpiCommunicator needs CPU tensors");
-}
-
 class MpiCommunicator final : public Communicator {
  public:
+  // The variable-size collectives move CPU tensors only (no staging: their users are host-side).
+  void require_cpu(const torch::Tensor& t, const char* what) const {
+    check_device(*this, t, what);
+    if (!t.device().is_cpu())
+      throw std::invalid_argument(name() + " " + what + ": the tensor is on " + t.device().str() +
+                                  " but this collective moves tensors on cpu only; move it there first");
+  }
+
   MpiCommunicator(MPI_Comm comm, std::string name, double timeout_s) : name_(std::move(name)), timeout_s_(timeout_s) {
     TANDEM_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
     TANDEM_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -86,8 +90,10 @@ class MpiCommunicator final : public Communicator {
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
   std::string name() const override { return "mpi:" + name_; }
+  torch::Device device() const override { return torch::kCPU; }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
+    check_device(*this, t, "all_reduce");
     if (!t.device().is_cpu()) {  // backend mpi with a CUDA model: stage through host memory
       torch::Tensor host = t.to(torch::kCPU);
       all_reduce(host, op);
@@ -109,7 +115,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   torch::Tensor all_gather(const torch::Tensor& t) override {
-    require_cpu_contiguous(t, "all_gather");
+    require_cpu(t, "all_gather");
     torch::Tensor c = t.contiguous();
     std::vector<int64_t> shape = c.sizes().vec();
     if (shape.empty()) shape.push_back(1);
@@ -122,7 +128,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   torch::Tensor all_gather_v(const torch::Tensor& t) override {
-    require_cpu_contiguous(t, "all_gather_v");
+    require_cpu(t, "all_gather_v");
     torch::Tensor c = t.dim() == 0 ? t.reshape({1}).contiguous() : t.contiguous();
     torch::Tensor rows = torch::tensor({c.size(0)}, torch::kInt64);
     torch::Tensor all_rows = all_gather(rows);  // (size)
@@ -146,7 +152,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   torch::Tensor reduce_scatter(const torch::Tensor& t, ReduceOp op) override {
-    require_cpu_contiguous(t, "reduce_scatter");
+    require_cpu(t, "reduce_scatter");
     if (t.dim() == 0 || t.size(0) % size_ != 0)
       throw std::invalid_argument("reduce_scatter: dim 0 must be a multiple of the group size");
     MPI_Datatype type = reduce_type(t.scalar_type());
@@ -162,6 +168,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void broadcast(torch::Tensor& t, int64_t root) override {
+    check_device(*this, t, "broadcast");
     if (!t.device().is_cpu()) {
       torch::Tensor host = t.to(torch::kCPU);
       broadcast(host, root);
@@ -177,7 +184,7 @@ class MpiCommunicator final : public Communicator {
 
   torch::Tensor all_to_all_v(const torch::Tensor& send, const std::vector<int64_t>& send_counts,
                              std::vector<int64_t>* recv_counts) override {
-    require_cpu_contiguous(send, "all_to_all_v");
+    require_cpu(send, "all_to_all_v");
     if (static_cast<int64_t>(send_counts.size()) != size_)
       throw std::invalid_argument("all_to_all_v: need one send count per rank");
     torch::Tensor c = send.contiguous();

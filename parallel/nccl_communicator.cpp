@@ -1,16 +1,25 @@
-// Communicator over NCCL for CUDA tensors: one NCCL communicator and one CUDA stream per group,
-// the unique id broadcast over the group's MPI communicator, counts for the variable-size
-// collectives exchanged over MPI. Each call waits for its stream by polling, so a hung peer
-// is caught by the deadline: the communicator is aborted and the process exits non-zero.
-// Compiled only when CUDA + NCCL are found (TANDEM_WITH_NCCL).
+// Communicator over NCCL for CUDA tensors: one NCCL communicator per group, the unique id
+// broadcast over the group's MPI communicator, counts for the variable-size collectives exchanged
+// over MPI. Each collective runs on the caller's current CUDA stream (c10's), so it is ordered
+// after the kernels that produced its input and before those that read its output, whatever
+// stream guard is active; the call returns without waiting. A monitor thread per communicator
+// watches an event recorded after each collective: past parallel.timeout_s, or on an NCCL async
+// error, it aborts the communicator, says which collective hung and exits the process non-zero.
+// Compiled only when a CUDA LibTorch and NCCL are found (TANDEM_WITH_NCCL).
 #ifdef TANDEM_WITH_NCCL
 
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include <c10/cuda/CUDAStream.h>
+
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -101,13 +110,21 @@ class NcclCommunicator final : public Communicator {
       WatchdogScope guard(this->name() + " unique id broadcast", timeout_s_);
       TANDEM_MPI_OK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
     }
-    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));  // syncs with the legacy stream
-    WatchdogScope guard(this->name() + " ncclCommInitRank", timeout_s_);
-    TANDEM_NCCL_CHECK(ncclCommInitRank(&comm_, s, id, r));
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
+    {
+      WatchdogScope guard(this->name() + " ncclCommInitRank", timeout_s_);
+      TANDEM_NCCL_CHECK(ncclCommInitRank(&comm_, s, id, r));
+    }
+    monitor_ = std::thread([this] { monitor(); });
   }
   ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (monitor_.joinable()) monitor_.join();  // after every pending collective completed
     if (comm_) ncclCommDestroy(comm_);
-    if (stream_) cudaStreamDestroy(stream_);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&mpi_);
@@ -115,12 +132,13 @@ class NcclCommunicator final : public Communicator {
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
   std::string name() const override { return "nccl:" + name_; }
+  torch::Device device() const override { return device_; }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override {
     torch::Tensor c = cuda_contiguous(t, "all_reduce");
     TANDEM_NCCL_CHECK(
-        ncclAllReduce(c.data_ptr(), c.data_ptr(), c.numel(), nccl_type(c.scalar_type()), nccl_op(op), comm_, stream_));
-    wait("all_reduce");
+        ncclAllReduce(c.data_ptr(), c.data_ptr(), c.numel(), nccl_type(c.scalar_type()), nccl_op(op), comm_, stream()));
+    launched("all_reduce");
     if (!c.is_same(t)) t.copy_(c);
   }
 
@@ -131,8 +149,8 @@ class NcclCommunicator final : public Communicator {
     shape[0] *= size_;
     torch::Tensor out = torch::empty(shape, c.options());
     TANDEM_NCCL_CHECK(
-        ncclAllGather(c.data_ptr(), out.data_ptr(), c.numel() * c.element_size(), ncclUint8, comm_, stream_));
-    wait("all_gather");
+        ncclAllGather(c.data_ptr(), out.data_ptr(), c.numel() * c.element_size(), ncclUint8, comm_, stream()));
+    launched("all_gather");
     return out;
   }
 
@@ -153,11 +171,11 @@ class NcclCommunicator final : public Communicator {
     int64_t off = 0;
     for (int64_t r = 0; r < size_; ++r) {  // a broadcast rooted at each rank: NCCL has no allgatherv
       TANDEM_NCCL_CHECK(ncclBroadcast(r == rank_ ? c.data_ptr() : nullptr, base + off * row_bytes, rows[r] * row_bytes,
-                                      ncclUint8, static_cast<int>(r), comm_, stream_));
+                                      ncclUint8, static_cast<int>(r), comm_, stream()));
       off += rows[r];
     }
     TANDEM_NCCL_CHECK(ncclGroupEnd());
-    wait("all_gather_v");
+    launched("all_gather_v");
     return out;
   }
 
@@ -169,16 +187,16 @@ class NcclCommunicator final : public Communicator {
     shape[0] /= size_;
     torch::Tensor out = torch::empty(shape, c.options());
     TANDEM_NCCL_CHECK(ncclReduceScatter(c.data_ptr(), out.data_ptr(), out.numel(), nccl_type(c.scalar_type()),
-                                        nccl_op(op), comm_, stream_));
-    wait("reduce_scatter");
+                                        nccl_op(op), comm_, stream()));
+    launched("reduce_scatter");
     return out;
   }
 
   void broadcast(torch::Tensor& t, int64_t root) override {
     torch::Tensor c = cuda_contiguous(t, "broadcast");
     TANDEM_NCCL_CHECK(ncclBroadcast(c.data_ptr(), c.data_ptr(), c.numel() * c.element_size(), ncclUint8,
-                                    static_cast<int>(root), comm_, stream_));
-    wait("broadcast");
+                                    static_cast<int>(root), comm_, stream()));
+    launched("broadcast");
     if (!c.is_same(t)) t.copy_(c);
   }
 
@@ -203,15 +221,15 @@ class NcclCommunicator final : public Communicator {
     for (int64_t r = 0; r < size_; ++r) {
       if (send_counts[r] > 0)
         TANDEM_NCCL_CHECK(ncclSend(sbase + s_off * row_bytes, send_counts[r] * row_bytes, ncclUint8,
-                                   static_cast<int>(r), comm_, stream_));
+                                   static_cast<int>(r), comm_, stream()));
       if (recv[r] > 0)
         TANDEM_NCCL_CHECK(
-            ncclRecv(rbase + r_off * row_bytes, recv[r] * row_bytes, ncclUint8, static_cast<int>(r), comm_, stream_));
+            ncclRecv(rbase + r_off * row_bytes, recv[r] * row_bytes, ncclUint8, static_cast<int>(r), comm_, stream()));
       s_off += send_counts[r];
       r_off += recv[r];
     }
     TANDEM_NCCL_CHECK(ncclGroupEnd());
-    wait("all_to_all_v");
+    launched("all_to_all_v");
     if (recv_counts) *recv_counts = recv;
     return out;
   }
@@ -223,39 +241,84 @@ class NcclCommunicator final : public Communicator {
 
  private:
   torch::Tensor cuda_contiguous(const torch::Tensor& t, const char* what) {
-    if (!t.device().is_cuda()) throw std::invalid_argument(std::string(what) + ": NcclCommunicator needs CUDA tensors");
-    // Work queued on the legacy default stream must finish before NCCL reads the buffer;
-    // stream_ is a blocking stream, so it orders after it.
+    check_device(*this, t, what);
     return t.is_contiguous() ? t : t.contiguous();
   }
 
-  // Polls the stream so a peer that never arrives is caught: abort NCCL, report, exit.
-  void wait(const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  // The caller's current stream on this communicator's device: the collective is one more kernel
+  // in its order (the caching allocator's stream for every tensor made here, too).
+  cudaStream_t stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
+
+  // Records an event after the collective just enqueued and hands it to the monitor thread.
+  void launched(const char* what) {
+    cudaEvent_t done = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    TANDEM_CUDA_CHECK(cudaEventRecord(done, stream()));
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s_));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back({done, deadline, what});
+    }
+    wake_.notify_all();
+  }
+
+  // Sleeps while nothing is pending; otherwise checks the oldest collective every 100 us (one
+  // thread, whatever the number of calls), and past its deadline, or on an async error, aborts.
+  void monitor() {
+    std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) TANDEM_CUDA_CHECK(q);
+      wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, nothing left
+      const Pending p = pending_.front();
+      lock.unlock();
+      const cudaError_t q = cudaEventQuery(p.done);
       ncclResult_t async = ncclSuccess;
-      TANDEM_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess) {
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess || (q != cudaSuccess && q != cudaErrorNotReady)) {
+        const std::string why = async != ncclSuccess ? std::string("NCCL async error: ") + ncclGetErrorString(async)
+                                                     : std::string("CUDA error: ") + cudaGetErrorString(q);
+        std::fprintf(stderr, "tandem: error: collective '%s %s' failed: %s; exiting so the launcher stops the job\n",
+                     name().c_str(), p.what, why.c_str());
+        std::fflush(stderr);
         ncclCommAbort(comm_);
-        comm_ = nullptr;
-        throw std::runtime_error(name() + " " + what + ": NCCL async error: " + ncclGetErrorString(async));
+        std::_Exit(1);
       }
-      if (std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "tandem: error: collective '%s %s' did not complete within parallel.timeout_s=%.1f s\n",
-                     name().c_str(), what, timeout_s_);
-        ncclCommAbort(comm_);
-        std::_Exit(kTimeoutExitCode);
+      if (q == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > p.deadline) {
+          std::fprintf(stderr,
+                       "tandem: error: collective '%s %s' did not complete within parallel.timeout_s=%.1f s (a peer "
+                       "rank died or hangs); exiting so the launcher stops the job\n",
+                       name().c_str(), p.what, timeout_s_);
+          std::fflush(stderr);
+          ncclCommAbort(comm_);
+          std::_Exit(kTimeoutExitCode);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        lock.lock();
+        continue;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      cudaEventDestroy(p.done);
+      lock.lock();
+      pending_.pop_front();
     }
   }
 
+  struct Pending {
+    cudaEvent_t done;
+    std::chrono::steady_clock::time_point deadline;
+    const char* what;  // a literal
+  };
+
   MPI_Comm mpi_ = MPI_COMM_NULL;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  torch::Device device_{torch::kCUDA, 0};
+  std::mutex mu_;  // guards pending_ and stopping_
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  std::thread monitor_;
   std::string name_;
   double timeout_s_;
   int64_t rank_ = 0, size_ = 1;

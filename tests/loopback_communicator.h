@@ -15,6 +15,7 @@ class Loopback final : public parallel::Communicator {
   int64_t rank() const override { return 0; }
   int64_t size() const override { return 1; }
   std::string name() const override { return "loopback"; }
+  torch::Device device() const override { return torch::kCPU; }
   void all_reduce(torch::Tensor&, parallel::ReduceOp) override { ++collectives; }
   torch::Tensor all_gather(const torch::Tensor& t) override { return ++collectives, t.clone(); }
   torch::Tensor all_gather_v(const torch::Tensor& t) override { return ++collectives, t.clone(); }

@@ -85,3 +85,30 @@ TEST_CASE("a freed 64 MiB block is reused without page faults", "[host_memory]")
   CHECK(fresh > pages);  // of 2 * pages
 }
 #endif
+
+#if defined(__GLIBC__)
+// After the 64 MiB case (declaration order): it needs the kept policy this one gives up.
+TEST_CASE("a run that chose recompute hands freed memory back, unless the environment said keep", "[host_memory]") {
+  if (!keep_freed_host_memory().keep_freed) {
+    WARN("host memory policy off in this environment: " << host_memory_description());
+    return;
+  }
+  const size_t bytes = 96u << 20;
+  const long pages = static_cast<long>(bytes / 4096);
+  setenv("TANDEM_KEEP_HOST_MEMORY", "1", 1);
+  CHECK(return_freed_host_memory("test") == host_memory_description());
+  CHECK(keep_freed_host_memory().keep_freed);
+  const long kept = faults_of_second_round(bytes);  // control: still kept
+  CHECK(kept < pages / 10);
+  unsetenv("TANDEM_KEEP_HOST_MEMORY");
+
+  const std::string why = return_freed_host_memory("train.recompute: layers");
+  CHECK_FALSE(keep_freed_host_memory().keep_freed);
+  CHECK(why.find("train.recompute: layers") != std::string::npos);
+  const long fresh = faults_of_second_round(bytes);
+  INFO("faults after handing memory back: " << fresh << " of " << pages << " pages; kept: " << kept);
+  CHECK(fresh >= pages);
+  REQUIRE(mallopt(M_MMAP_MAX, 0) == 1);  // the rest of the test process as it was
+  REQUIRE(mallopt(M_TRIM_THRESHOLD, -1) == 1);
+}
+#endif

@@ -580,3 +580,19 @@ TEST_CASE("logits equal transformers' (float64 1e-10; bf16 4e-2 of max |logit|)"
     }
   }
 }
+
+TEST_CASE("the packing metadata must stay on the host: a device cu_seqlens or prefix_of is refused by name",
+          "[llama]") {
+  const auto seqs = test::random_sequences({5, 3}, 97, 6);
+  const test::RaggedBatch b = test::ragged_batch(seqs);
+  LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_llama"), {}, torch::kFloat32);
+  torch::NoGradGuard no_grad;
+  CHECK_NOTHROW(model->log_probs(b.packed, b.packed_targets));
+  models::PackedInput moved = b.packed;
+  moved.cu_seqlens = torch::empty_like(b.packed.cu_seqlens, torch::TensorOptions().device(torch::kMeta));
+  CHECK_THROWS_WITH(model->log_probs(moved, b.packed_targets),
+                    Catch::Contains("cu_seqlens is on meta") && Catch::Contains("host"));
+  moved = b.packed;
+  moved.prefix_of = torch::full({2}, -1, torch::TensorOptions(torch::kInt64).device(torch::kMeta));
+  CHECK_THROWS_WITH(model->log_probs(moved, b.packed_targets), Catch::Contains("prefix_of is on meta"));
+}

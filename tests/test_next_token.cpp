@@ -138,3 +138,36 @@ TEST_CASE("next_tokens: pick_tokens on the cut float64 rows, uniforms in row ord
     }
   }
 }
+
+TEST_CASE("next_tokens_narrowed (the GPU path) chooses what next_tokens chooses, log-probs within rounding",
+          "[sampler]") {
+  const int64_t m = 7, n = 50, limit = 31;
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    const torch::Tensor z = (torch::randn({m, n}, at::detail::createCPUGenerator(5), torch::kFloat64) * 4.0).to(dtype);
+    const double tol = dtype == torch::kFloat32 ? 2e-6 : 1e-13;
+    for (const double temperature : {1.0, 0.7, 0.0}) {
+      INFO("dtype " << dtype << ", temperature " << temperature);
+      SamplingParams p = sampling(temperature);
+      p.vocab_limit = limit;
+      std::vector<int64_t> asked_a, asked_b;
+      const models::NextTokens a = models::next_tokens(z, p, [&](int64_t i) {
+        asked_a.push_back(i);
+        return (i + 0.25) / m;
+      });
+      const models::NextTokens b = models::next_tokens_narrowed(z, p, [&](int64_t i) {
+        asked_b.push_back(i);
+        return (i + 0.25) / m;
+      });
+      CHECK(b.tokens == a.tokens);
+      CHECK(asked_b == asked_a);
+      REQUIRE(b.logp.size() == a.logp.size());
+      for (size_t i = 0; i < a.logp.size(); ++i)
+        CHECK(std::abs(b.logp[i] - a.logp[i]) <= tol * (1 + std::abs(a.logp[i])));
+    }
+  }
+  // A NaN row is refused as the host path refuses it.
+  torch::Tensor bad = torch::zeros({2, 8});
+  bad[1][3] = NAN;
+  CHECK_THROWS_WITH(models::next_tokens_narrowed(bad, sampling(0.0), [](int64_t) { return 0.5; }),
+                    Catch::Contains("NaN"));
+}

@@ -55,16 +55,24 @@ PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
   return out;
 }
 
+torch::Tensor policy_stats_tensor(const PolicyLoss& loss, const torch::Tensor& logp, const torch::Tensor& old_logp,
+                                  const torch::Tensor& mask) {
+  const torch::Tensor m = as_bool(mask);
+  const torch::Tensor d = (old_logp - logp).detach().to(torch::kFloat64);
+  return torch::stack({m.sum().to(torch::kFloat64), loss.clipped.sum().to(torch::kFloat64),
+                       loss.dual_clipped.sum().to(torch::kFloat64), torch::where(m, d, torch::zeros_like(d)).sum()});
+}
+
+PolicyStats policy_stats_from(const double* four) {
+  PolicyStats s;
+  s.tokens = four[0], s.clipped = four[1], s.dual_clipped = four[2], s.approx_kl_sum = four[3];
+  return s;
+}
+
 PolicyStats policy_stats(const PolicyLoss& loss, const torch::Tensor& logp, const torch::Tensor& old_logp,
                          const torch::Tensor& mask) {
-  const torch::Tensor m = as_bool(mask);
-  PolicyStats s;
-  s.tokens = m.sum().item<double>();
-  s.clipped = loss.clipped.sum().item<double>();
-  s.dual_clipped = loss.dual_clipped.sum().item<double>();
-  const torch::Tensor d = (old_logp - logp).detach().to(torch::kFloat64);
-  s.approx_kl_sum = torch::where(m, d, torch::zeros_like(d)).sum().item<double>();
-  return s;
+  const torch::Tensor host = policy_stats_tensor(loss, logp, old_logp, mask).to(torch::kCPU).contiguous();  // (4)
+  return policy_stats_from(host.data_ptr<double>());
 }
 
 torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlEstimator estimator) {

@@ -47,6 +47,11 @@ struct PolicyStats {
 };
 PolicyStats policy_stats(const PolicyLoss& loss, const torch::Tensor& logp, const torch::Tensor& old_logp,
                          const torch::Tensor& mask);
+// The same four figures (tokens, clipped, dual_clipped, approx_kl_sum) as one (4) float64 tensor on
+// the tensors' device, for a caller that copies them to the host with its own (one sync a micro).
+torch::Tensor policy_stats_tensor(const PolicyLoss& loss, const torch::Tensor& logp, const torch::Tensor& old_logp,
+                                  const torch::Tensor& mask);
+PolicyStats policy_stats_from(const double* four);
 
 // Per-token KL to the reference: k1 logp-ref; k2 0.5(logp-ref)^2; k3 exp(d)-d-1, d=clamp(ref-logp).
 torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlEstimator estimator);  // (T)

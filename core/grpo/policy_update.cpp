@@ -153,23 +153,37 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
   const TokenTerms t = token_terms(logp, entropy, in, o);
   MicroOutcome out;
   const torch::Tensor m = in.mask != 0;
-  if (o.tis_cap) {
-    out.tis_weight_sum = t.tis_w.masked_select(m).sum().item<double>();
-    out.tis_capped = (m & (t.tis_raw > *o.tis_cap)).sum().item<double>();
-  }
-  if (t.kl.defined()) out.kl_sum = torch::where(m, t.kl.detach(), torch::zeros_like(t.kl)).sum().item<double>();
-  if (entropy.defined() && (o.entropy_coef != 0 || o.report_entropy))
-    out.entropy_sum = torch::where(m, entropy.detach(), torch::zeros_like(entropy)).sum().item<double>();
+  // The micro's figures as device scalars, copied to the host together after the backward.
+  const torch::Tensor zero = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device));
+  const auto masked_sum = [&](const torch::Tensor& x) {
+    return torch::where(m, x.detach(), torch::zeros_like(x)).sum().to(torch::kFloat64);
+  };
+  const bool want_tis = o.tis_cap.has_value();
+  std::vector<torch::Tensor> figures = {
+      want_tis ? t.tis_w.masked_select(m).sum().to(torch::kFloat64) : zero,
+      want_tis ? (m & (t.tis_raw > *o.tis_cap)).sum().to(torch::kFloat64) : zero,
+      t.kl.defined() ? masked_sum(t.kl) : zero,
+      entropy.defined() && (o.entropy_coef != 0 || o.report_entropy) ? masked_sum(entropy) : zero,
+      // |ratio - 1| >= 0, so tokens masked out as 0 never raise the max (0 when none is in).
+      t.pl.ratio.numel() == 0
+          ? zero
+          : torch::where(m, (t.pl.ratio.detach() - 1).abs(), torch::zeros_like(t.pl.ratio)).max().to(torch::kFloat64)};
   const AggregatedLoss agg = aggregate_loss(t.per_token, in.mask, in.seq_index, o.loss_agg_mode, denominators);
   const torch::Tensor& objective = fused ? out_model.loss : agg.loss;  // ()
   const auto t1 = std::chrono::steady_clock::now();
   if (objective.requires_grad()) (o.loss_weight == 1 ? objective : objective * o.loss_weight).backward();
   if (o.after_backward) o.after_backward();
   const auto t2 = std::chrono::steady_clock::now();
-  out.loss = agg.loss.item<double>();
+  figures.push_back(agg.loss.detach().to(torch::kFloat64));
+  figures.push_back(policy_stats_tensor(t.pl, logp, t.old, in.mask));
+  const torch::Tensor host = torch::cat({torch::stack(torch::TensorList(figures.data(), 6)), figures[6]})
+                                 .to(torch::kCPU)
+                                 .contiguous();  // (10): the micro's one copy to the host
+  const double* h = host.data_ptr<double>();
+  out.tis_weight_sum = h[0], out.tis_capped = h[1], out.kl_sum = h[2], out.entropy_sum = h[3];
+  out.ratio_max_dev = h[4], out.loss = h[5];
   out.zero_denominator = agg.zero_denominator;
-  out.stats = policy_stats(t.pl, logp, t.old, in.mask);
-  if (m.any().item<bool>()) out.ratio_max_dev = (t.pl.ratio.detach() - 1).abs().masked_select(m).max().item<double>();
+  out.stats = policy_stats_from(h + 6);
   out.samples = static_cast<double>(samples.size());
   out.forward_s = std::chrono::duration<double>(t1 - t0).count();
   out.backward_s = std::chrono::duration<double>(t2 - t1).count();
@@ -179,15 +193,13 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
 StepOutcome reduce_and_step(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& optimizer,
                             parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite) {
   parallel::all_reduce_gradients(params, grad_comm);
-  const bool finite = parallel::all_ranks_finite(local_loss_finite && parallel::gradients_finite(params), grad_comm);
+  const parallel::GradientCheck check = parallel::check_gradients(params, local_loss_finite, grad_comm);
   StepOutcome out;
-  if (!finite) {
+  if (!check.finite) {
     optimizer.zero_grad();
     return out;
   }
-  double sq = 0;
-  for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-  out.grad_norm = std::sqrt(sq);
+  out.grad_norm = check.norm;
   if (grad_clip > 0 && out.grad_norm > grad_clip) {
     torch::NoGradGuard no_grad;
     const double scale = grad_clip / (out.grad_norm + 1e-6);

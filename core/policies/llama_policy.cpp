@@ -17,16 +17,14 @@ models::PackedInput to_model_input(const PackedBatch& b) {
 models::PaddedInput to_model_input(const PaddedBatch& b) { return {b.input_ids, b.position_ids, b.attention_mask}; }
 
 namespace {
-// Batches are collated on the host; a CUDA model gets its inputs moved once here.
+// Batches are collated on the host; a CUDA model gets its inputs moved once here. The packing
+// metadata (cu_seqlens, prefix_of) stays on the host, where the model plans its attention.
 template <class Input>
 Input on_device(Input in, const torch::Device& d) {
   if (d.is_cpu()) return in;
   in.input_ids = in.input_ids.to(d);
   in.position_ids = in.position_ids.to(d);
-  if constexpr (std::is_same_v<Input, models::PackedInput>) {
-    in.cu_seqlens = in.cu_seqlens.to(d);
-    if (in.prefix_of.defined()) in.prefix_of = in.prefix_of.to(d);
-  } else {
+  if constexpr (!std::is_same_v<Input, models::PackedInput>) {
     in.attention_mask = in.attention_mask.to(d);
   }
   return in;

@@ -4,8 +4,11 @@
 // scheduling each slice alone with one mini-batch gives exactly the whole step's schedule: the
 // same micros, layouts and denominators, hence the same numbers as train.overlap: false.
 // Only this thread calls collectives; the worker thread runs forwards and nothing else. On CUDA
-// (a LibTorch with c10_cuda) the worker's kernels go to a second stream from the pool, synchronized
-// before its results are used; not compiled against the CPU-only LibTorch this is tested with.
+// (a LibTorch with c10_cuda) the worker's kernels go to a second stream from the pool: it first
+// waits on an event recorded on this thread's stream when the worker starts (so the previous
+// optimizer step and every upload before it are done), it is synchronized before the join, and
+// its results are recorded on this thread's stream, which frees them (else the caching allocator
+// could hand their blocks to the pool stream while this stream still reads them).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "runtime/timing.h"
 
 #if defined(TANDEM_WITH_TORCH_CUDA)
+#include <c10/core/Event.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -81,12 +85,27 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
       local.insert(local.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
       join();  // one forward thread at a time: the pools stay at their sizes
       if (failure) std::rethrow_exception(failure);
-      worker = std::thread([this, &chunk, &failure, forward_threads] {
+#if defined(TANDEM_WITH_TORCH_CUDA)
+      std::shared_ptr<c10::Event> ready;  // this stream's work so far, the last optimizer step included
+      if (device_.is_cuda()) {
+        ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+        ready->record(c10::cuda::getCurrentCUDAStream(device_.index()));
+      }
+#endif
+      worker = std::thread([this, &chunk, &failure, forward_threads
+#if defined(TANDEM_WITH_TORCH_CUDA)
+                            ,
+                            ready
+#endif
+      ] {
         try {
           torch::set_num_threads(forward_threads);  // this thread's own OpenMP pool
 #if defined(TANDEM_WITH_TORCH_CUDA)
           std::optional<c10::cuda::CUDAStreamGuard> stream;
-          if (device_.is_cuda()) stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+          if (device_.is_cuda()) {
+            stream.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+            ready->block(stream->current_stream());
+          }
 #endif
           const auto t1 = std::chrono::steady_clock::now();
           if (config_.tracks.ar.algo.old_logp == OldLogp::kRecompute)
@@ -112,6 +131,16 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
   }
   torch::set_num_threads(threads);
   if (failure) std::rethrow_exception(failure);
+#if defined(TANDEM_WITH_TORCH_CUDA)
+  if (device_.is_cuda()) {
+    const c10::Stream main = c10::cuda::getCurrentCUDAStream(device_.index());
+    for (const Chunk& chunk : chunks)
+      for (const auto* logps : {&chunk.old_logp, &chunk.ref_logp})
+        for (const auto& mini : *logps)
+          for (const torch::Tensor& t : mini)
+            if (t.defined() && t.is_cuda()) t.record_stream(main);
+  }
+#endif
   if (ar.rollout.dump) dump(step, local);
 
   // The whole step's directory, schedule and samples, as the plain path builds them.

@@ -244,14 +244,19 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
     const models::SdeRollout r = models::sample_sde(*flow_, label_t, keys, so);
     metrics["time/generate_s"] = seconds_since(t0);
     const auto t1 = std::chrono::steady_clock::now();
-    const torch::Tensor images = r.latents.select(1, im.sampler.steps).to(torch::kCPU);  // (B, C, H, W)
+    // The whole rollout crosses to the host in three copies, not three per sample; each sample
+    // holds views of its rows (as on the CPU before, where .to(kCPU) was already a view).
+    const torch::Tensor latents = r.latents.to(torch::kCPU);           // (B, steps + 1, C, H, W)
+    const torch::Tensor log_probs = r.log_probs.to(torch::kCPU);       // (B, steps)
+    const torch::Tensor sigmas = r.sigmas.to(torch::kCPU);             // (steps + 1)
+    const torch::Tensor images = latents.select(1, im.sampler.steps);  // (B, C, H, W)
     const std::vector<double> rewards = score(images, labels, ids);
     metrics["time/reward_s"] = seconds_since(t1);
     for (size_t i = 0; i < labels.size(); ++i) {
       ImageSample s;
-      s.latents = r.latents[i].to(torch::kCPU);
-      s.log_probs = r.log_probs[i].to(torch::kCPU);
-      s.sigmas = r.sigmas.to(torch::kCPU);
+      s.latents = latents[static_cast<int64_t>(i)];
+      s.log_probs = log_probs[static_cast<int64_t>(i)];
+      s.sigmas = sigmas;
       s.class_label = labels[i];
       s.group_id = slots[i];
       s.index = ids[i];

@@ -33,6 +33,7 @@
 #include "core/tracks/image_track.h"
 #include "runtime/blas_kernel.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_stats.h"
 #include "runtime/host_memory.h"
 
 namespace fs = std::filesystem;
@@ -139,6 +140,8 @@ struct Trainer::Impl {
     const RankRuntime rt = setup_rank_runtime(config.run, options.local_rank, options.local_ranks);
     device = rt.device, dtype = rt.dtype, master_weights = rt.master_weights;
     const CpuBudget& cpus = rt.cpus;
+    // Layer recompute is memory over speed, so host memory a step frees goes back to the system.
+    if (config.train.recompute == Recompute::kLayers) return_freed_host_memory("train.recompute: layers");
     spdlog::info(
         "tandem: {} | device {} | dtype {}{} | {} local ranks on {} | {} intra-op threads per rank ({}) | {} "
         "(GEMM {:.0f} GFLOP/s, float32 512^2 on these threads) | {}",
@@ -364,9 +367,12 @@ struct Trainer::Impl {
     }
     m["lr"] = lr;
     m["grad_norm"] = grad_norm;
-    torch::Tensor rss = torch::tensor({static_cast<double>(peak_rss_bytes()) / (1 << 30)}, torch::kFloat64);
+    torch::Tensor rss = torch::tensor(
+        {static_cast<double>(peak_rss_bytes()) / (1 << 30), static_cast<double>(device_peak_bytes(device)) / (1 << 30)},
+        torch::kFloat64);
     comms.world->all_reduce(rss, parallel::ReduceOp::kMax);
-    m["mem/peak_rss_gib"] = rss.item<double>();  // the largest rank's high-water mark so far
+    m["mem/peak_rss_gib"] = rss[0].item<double>();                        // the largest rank's high-water mark so far
+    if (device.is_cuda()) m["mem/peak_gpu_gib"] = rss[1].item<double>();  // the caching allocator's
     m["steps/skipped_updates"] = skipped;
     m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return m;
@@ -511,12 +517,17 @@ struct Trainer::Impl {
         return kExitPreempted;
       }
     }
-    torch::Tensor rss = torch::tensor({static_cast<double>(peak_rss_bytes()) / (1 << 30)}, torch::kFloat64);
-    rss = comms.world->all_gather(rss);  // (world)
-    std::string per_rank;
-    for (int64_t r = 0; r < rss.size(0); ++r) per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r].item<double>());
-    spdlog::info("done: {} steps; metrics in {}/metrics.jsonl; peak RSS per rank (GiB): {}", config.run.steps, run_dir,
-                 per_rank);
+    torch::Tensor rss = torch::tensor(
+        {static_cast<double>(peak_rss_bytes()) / (1 << 30), static_cast<double>(device_peak_bytes(device)) / (1 << 30)},
+        torch::kFloat64);
+    rss = comms.world->all_gather(rss).reshape({-1, 2}).contiguous();  // (world, 2)
+    std::string per_rank, gpu_per_rank;
+    for (int64_t r = 0; r < rss.size(0); ++r) {
+      per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r][0].item<double>());
+      gpu_per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r][1].item<double>());
+    }
+    spdlog::info("done: {} steps; metrics in {}/metrics.jsonl; peak RSS per rank (GiB): {}{}", config.run.steps,
+                 run_dir, per_rank, device.is_cuda() ? "; peak GPU memory per rank (GiB): " + gpu_per_rank : "");
     return 0;
   }
 };

@@ -5,12 +5,17 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "parallel/vocab_parallel_logprob.h"
 
 namespace tandem::models {
 
-// One flat row of B sequences; position_ids restart at 0 per sequence.
+// One flat row of B sequences; position_ids restart at 0 per sequence. The packing metadata
+// (cu_seqlens, prefix_of) lives on the host whatever the model's device: the attention is
+// planned there, so reading it costs no device sync.
 struct PackedInput {
   torch::Tensor input_ids;     // (1, N) int64
   torch::Tensor position_ids;  // (1, N) int64
@@ -39,5 +44,13 @@ struct LogProbOptions {
   // its index is the token's position on the caller's flat axis ((N) packed, B*T padded).
   parallel::TokenLossFn token_loss;
 };
+
+// Throws std::invalid_argument (naming `who`) when cu_seqlens or prefix_of is not a CPU tensor.
+inline void require_host_metadata(const PackedInput& in, const char* who) {
+  for (const auto& [t, name] : {std::pair{&in.cu_seqlens, "cu_seqlens"}, std::pair{&in.prefix_of, "prefix_of"}})
+    if (t->defined() && !t->device().is_cpu())
+      throw std::invalid_argument(std::string(who) + ": packed input: " + name + " is on " + t->device().str() +
+                                  "; the packing metadata must stay on the host (the attention is planned there)");
+}
 
 }  // namespace tandem::models

@@ -154,6 +154,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, Attenti
   torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
   torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
   const int64_t n = ids.size(0);
+  require_host_metadata(in, "llama");
   if (pos.size(0) != n || in.cu_seqlens.dim() != 1 || in.cu_seqlens.numel() < 1 ||
       in.cu_seqlens[-1].item<int64_t>() != n)
     throw std::invalid_argument("llama: packed input with " + std::to_string(n) +
@@ -259,6 +260,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
   const torch::Tensor& w = model->norm->weight;
   const torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
+  require_host_metadata(in, "llama prefill");
   AttentionLayout layout;
   layout.segments = segments_from_cu_seqlens(in.cu_seqlens);
   const int64_t sequences = in.cu_seqlens.numel() - 1;

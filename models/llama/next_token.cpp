@@ -142,11 +142,46 @@ std::vector<int64_t> pick_tokens(const torch::Tensor& z, const SamplingParams& p
   return chosen;
 }
 
-NextTokens next_tokens(const torch::Tensor& logits, const SamplingParams& p,
-                       const std::function<double(int64_t)>& uniform) {
+NextTokens next_tokens_narrowed(const torch::Tensor& logits, const SamplingParams& p,
+                                const std::function<double(int64_t)>& uniform) {
   const int64_t m = logits.size(0), vocab = logits.size(1);
   const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;
-  const torch::Tensor z = logits.to(torch::kCPU);                                    // (m, V) in the log-prob dtype
+  const torch::Tensor z = logits.narrow(1, 0, limit);           // (m, limit) on the logits' device
+  const torch::Tensor lse = torch::logsumexp(logits, 1, true);  // (m, 1) over the full vocabulary
+  NextTokens out;
+  if (is_greedy(p)) {
+    const torch::Tensor best = z.argmax(1, /*keepdim=*/true);  // (m, 1)
+    const torch::Tensor host =                                 // (m, 3): token, logit, log-normaliser
+        torch::cat({best.to(torch::kFloat64), z.gather(1, best).to(torch::kFloat64), lse.to(torch::kFloat64)}, 1)
+            .to(torch::kCPU)
+            .contiguous();
+    const double* h = host.data_ptr<double>();
+    for (int64_t i = 0; i < m; ++i) {
+      const double top = h[3 * i + 1];
+      if (std::isnan(top) || top == INFINITY) throw std::runtime_error("sampler: a logits row holds NaN or +inf");
+      if (top == -INFINITY) throw std::runtime_error("sampler: a logits row is all -inf");
+      out.tokens.push_back(static_cast<int64_t>(h[3 * i]));
+      out.logp.push_back(top - h[3 * i + 2]);
+    }
+    return out;
+  }
+  const torch::Tensor host = torch::cat({z, lse.to(z.scalar_type())}, 1).to(torch::kCPU);  // (m, limit + 1)
+  const torch::Tensor z64 = host.narrow(1, 0, limit).to(torch::kFloat64).contiguous();     // (m, limit)
+  std::vector<double> u(static_cast<size_t>(m), 0.0);
+  for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i)] = uniform(i);
+  out.tokens = pick_tokens(z64, p, u);
+  const torch::Tensor h = host.to(torch::kFloat64).contiguous();
+  const double* hp = h.data_ptr<double>();
+  for (int64_t i = 0; i < m; ++i) out.logp.push_back(hp[i * (limit + 1) + out.tokens[i]] - hp[i * (limit + 1) + limit]);
+  return out;
+}
+
+NextTokens next_tokens(const torch::Tensor& logits, const SamplingParams& p,
+                       const std::function<double(int64_t)>& uniform) {
+  if (!logits.is_cpu()) return next_tokens_narrowed(logits, p, uniform);  // (m, V) never crosses whole
+  const int64_t m = logits.size(0), vocab = logits.size(1);
+  const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;
+  const torch::Tensor& z = logits;                                                   // (m, V) in the log-prob dtype
   const torch::Tensor z64 = z.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (m, limit) for the choice
   std::vector<double> u(static_cast<size_t>(m), 0.0);
   if (!is_greedy(p))

@@ -58,6 +58,14 @@ struct NextTokens {
 NextTokens next_tokens(const at::Tensor& logits, const SamplingParams& p,
                        const std::function<double(int64_t)>& uniform);
 
+// What next_tokens() does with logits on a GPU, callable on any device (tested on the CPU): only
+// the choice's inputs reach the host, in one copy. Greedy: each row's argmax, its logit and its
+// log-normaliser (3 numbers per row); sampling: the first vocab_limit columns in the logits'
+// dtype and the log-normalisers. The log-prob is logit - logsumexp over the full vocabulary (the
+// host path's log_softmax, up to rounding).
+NextTokens next_tokens_narrowed(const at::Tensor& logits, const SamplingParams& p,
+                                const std::function<double(int64_t)>& uniform);
+
 // What every sampler checks before generating: the params' ranges, non-empty prompts of ids in
 // [0, vocab_size), and prompt + max_new_tokens within max_len. Throws UserError "<who>: ...",
 // naming the model's limit as `max_len_name`.

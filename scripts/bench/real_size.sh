@@ -7,26 +7,30 @@
 #
 #   scripts/bench/real_size.sh [NP]      NP ranks (default 1: dp 1, every core for the one rank)
 # Env: TANDEM_REAL_MODEL (default build/_deps/qwen2_0p5b_random, written once, ~1 GB),
-#      DTYPES (default "float32 bfloat16"), STEPS (default 2).
+#      DTYPES (default "float32 bfloat16"), STEPS (default 2), DEVICE (cpu) and BACKEND (mpi):
+#      cuda and nccl on a GPU (scripts/gpu/check.sh; peak GPU memory is printed too), TANDEM (the
+#      binary, default build/tandem), TANDEM_TOKENIZER (default build/_deps/tokenizers/qwen2_5).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
 np=${1:-1}
-tandem=build/tandem
+tandem=${TANDEM:-build/tandem}
 [ -x "$tandem" ] || { echo "real_size: build first (scripts/build.sh)" >&2; exit 1; }
-tok=build/_deps/tokenizers/qwen2_5
+tok=${TANDEM_TOKENIZER:-build/_deps/tokenizers/qwen2_5}
 [ -f "$tok/tokenizer.json" ] || bash scripts/fixtures/fetch_tokenizers.sh >/dev/null
+device=${DEVICE:-cpu}
+backend=${BACKEND:-mpi}
 model=${TANDEM_REAL_MODEL:-build/_deps/qwen2_0p5b_random}
 [ -f "$model/model.safetensors" ] || "$TANDEM_PYTHON" scripts/fixtures/make_hf_model.py --size qwen2-0.5b "$model" "$tok"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 steps=${STEPS:-2}
-echo "real_size: $model, $np rank(s), $(nproc) CPUs, $steps steps per dtype"
+echo "real_size: $model, $np rank(s), $(nproc) CPUs, device $device, $steps steps per dtype"
 for dtype in ${DTYPES:-float32 bfloat16}; do
   log=$out/$dtype.log
   start=$(date +%s)
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
     --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
-    --set run.device=cpu --set parallel.backend=mpi --set run.out_dir="$out" --set run.name="$dtype" \
+    --set run.device="$device" --set parallel.backend="$backend" --set run.out_dir="$out" --set run.name="$dtype" \
     --set run.dtype="$dtype" --set run.steps="$steps" --set optim.warmup_steps=0 \
     --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
     --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
@@ -41,6 +45,7 @@ load = re.search(r"ar policy: .* loaded in ([0-9.]+) s", log)
 gemm = re.search(r"GEMM ([0-9]+) GFLOP/s", log)
 threads = re.search(r"(\d+) intra-op threads per rank", log)
 rss = re.search(r"peak RSS per rank \(GiB\): ([0-9. ]+)", log)
+gpu = re.search(r"peak GPU memory per rank \(GiB\): ([0-9. ]+)", log)
 def mean(key):
     vals = [r[key] for r in rows if key in r]
     return sum(vals) / len(vals) if vals else float("nan")
@@ -53,6 +58,7 @@ print(json.dumps({
     "step_s": round(mean("time/step_s"), 1),
     "generate_s": round(mean("ar/time/generate_s"), 1), "train_s": round(mean("ar/time/train_s"), 1),
     "peak_rss_gib_per_rank": [float(x) for x in rss.group(1).split()] if rss else None,
+    "peak_gpu_gib_per_rank": [float(x) for x in gpu.group(1).split()] if gpu else None,
     "wall_s": wall,
 }))
 EOF

@@ -61,3 +61,14 @@ TEST_CASE("all_to_all_v moves rows to their destination", "[mpi][communicator]")
   CHECK((got.select(1, 1) == r).all().item<bool>());
   CHECK_THROWS_AS(comm->all_to_all_v(send, std::vector<int64_t>(n, 0), nullptr), std::invalid_argument);
 }
+
+TEST_CASE("a collective given a tensor on another device names both devices", "[mpi][communicator]") {
+  auto comm = test::block_communicator(test::world_size());
+  CHECK(comm->device() == torch::Device(torch::kCPU));
+  torch::Tensor meta = torch::empty({4}, torch::TensorOptions().device(torch::kMeta));
+  CHECK_THROWS_WITH(comm->all_reduce(meta), Catch::Contains("meta") && Catch::Contains("on cpu"));
+  CHECK_THROWS_WITH(comm->broadcast(meta, 0), Catch::Contains("broadcast") && Catch::Contains("meta"));
+  CHECK_THROWS_WITH(comm->all_gather(meta), Catch::Contains("all_gather") && Catch::Contains("meta"));
+  CHECK_THROWS_WITH(comm->all_to_all_v(meta, std::vector<int64_t>(comm->size(), 0)), Catch::Contains("meta"));
+  comm->barrier();  // every rank threw before any message: the group is still in step
+}

@@ -1,0 +1,118 @@
+// The CUDA label ([20]): the model, the fused attention and the sampler on a GPU against the CPU.
+// Each case prints "skipped: no GPU visible" and returns where LibTorch sees no GPU (CI's
+// machines); ctest's cuda.unit marks that skipped. scripts/gpu/check.sh runs them on a GPU.
+// Tolerances: float32 on the GPU (TF32 off, LibTorch's default for matmuls) against float64 on
+// the CPU: log-probs 1e-4, gradients 1e-3 of their largest entry; bf16: 5e-2 and 0.15.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "fixtures.h"
+#include "llama_test_util.h"
+#include "models/llama/model.h"
+#include "models/llama/next_token.h"
+#include "models/llama/sampler.h"
+#include "models/llama/weights.h"
+
+using namespace tandem;
+using models::LlamaForCausalLM;
+
+namespace {
+
+bool gpu_visible() {
+  if (torch::cuda::is_available()) return true;
+  WARN("skipped: no GPU visible to LibTorch (torch::cuda::is_available() is false)");
+  return false;
+}
+
+const torch::Device kGpu(torch::kCUDA, 0);
+
+struct Run {
+  std::vector<torch::Tensor> logp;             // per layout, float64 on the CPU
+  std::map<std::string, torch::Tensor> grads;  // float64 on the CPU
+};
+
+// log-probs of a packed batch, its padded twin and a shared-prompt pack, and the gradients of a
+// weighted sum of them, with the model on `device`.
+Run run(LlamaForCausalLM& model, torch::Device device) {
+  model->zero_grad();
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({7, 1, 12, 4, 9}, 97, 5));
+  models::PackedInput shared = test::ragged_batch(test::random_sequences({5, 4, 1, 6, 3}, 97, 21)).packed;
+  shared.prefix_of = torch::tensor({-1, 0, 0, 0, -1}, torch::kInt64);  // stays on the host
+  shared.position_ids =
+      torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 5, 6, 7, 8, 9, 10, 0, 1, 2}, torch::kInt64).view({1, -1});
+  const torch::Tensor shared_targets = torch::tensor(test::random_sequences({19}, 97, 22)[0], torch::kInt64);
+  models::PaddedInput padded = b.padded;
+  padded.input_ids = padded.input_ids.to(device);
+  padded.position_ids = padded.position_ids.to(device);
+  padded.attention_mask = padded.attention_mask.to(device);
+  Run r;
+  torch::Tensor loss = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device));
+  for (const models::TokenLogProbs& t : {model->log_probs(b.packed, b.packed_targets.to(device), {true}),
+                                         model->log_probs(padded, b.padded_targets.to(device), {true}),
+                                         model->log_probs(shared, shared_targets.to(device), {true})}) {
+    r.logp.push_back(t.logp.detach().to(torch::kCPU, torch::kFloat64));
+    const torch::Tensor w = test::random_weights(t.logp.numel(), 3, torch::kFloat64).to(device);
+    loss = loss + (t.logp.to(torch::kFloat64) * w.view(t.logp.sizes())).sum() + t.entropy.to(torch::kFloat64).sum();
+  }
+  loss.backward();
+  for (const auto& p : model->named_parameters())
+    r.grads[p.key()] = p.value().grad().detach().to(torch::kCPU, torch::kFloat64).clone();
+  return r;
+}
+
+void check_close(const Run& got, const Run& want, double logp_tol, double grad_tol) {
+  for (size_t i = 0; i < want.logp.size(); ++i) {
+    INFO("layout " << i);
+    CHECK(test::rel_floor1(got.logp[i], want.logp[i]) < logp_tol);
+  }
+  for (const auto& [name, g] : want.grads) {
+    INFO(name);
+    CHECK(test::rel_to_max(got.grads.at(name), g) < grad_tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: the model's forward and backward against the CPU float64 reference", "[cuda]") {
+  if (!gpu_visible()) return;
+  const std::string dir = test::llama_fixture("tiny_qwen2");
+  LlamaForCausalLM reference = models::load_llama(dir, {}, torch::kFloat64);
+  const Run want = run(reference, torch::kCPU);
+  for (const auto& [dtype, logp_tol, grad_tol] :
+       {std::tuple{torch::kFloat32, 1e-4, 1e-3}, std::tuple{torch::kBFloat16, 5e-2, 0.15}}) {
+    INFO(c10::toString(dtype));
+    LlamaForCausalLM model = models::load_llama(dir, {}, dtype);
+    model->to(kGpu);
+    check_close(run(model, kGpu), want, logp_tol, grad_tol);
+  }
+}
+
+TEST_CASE("cuda: the fused attention equals the materialised one on the GPU", "[cuda]") {
+  if (!gpu_visible()) return;
+  LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat32);
+  model->to(kGpu);
+  model->set_execution(models::AttentionKernel::kMaterialised, false);
+  const Run materialised = run(model, kGpu);
+  model->set_execution(models::AttentionKernel::kFused, false);
+  check_close(run(model, kGpu), materialised, 1e-5, 1e-4);
+  model->set_execution(models::AttentionKernel::kFused, true);  // with layer recompute
+  check_close(run(model, kGpu), materialised, 1e-5, 1e-4);
+}
+
+TEST_CASE("cuda: the sampler's choice on GPU logits is the host's, the logits never crossing whole", "[cuda]") {
+  if (!gpu_visible()) return;
+  const int64_t m = 16, n = 1000;
+  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(9), torch::kFloat32) * 3.0;  // (m, n)
+  for (const double temperature : {1.0, 0.0}) {
+    INFO("temperature " << temperature);
+    models::SamplingParams p;
+    p.temperature = temperature;
+    p.vocab_limit = 900;
+    const auto u = [&](int64_t i) { return (i + 0.5) / m; };
+    const models::NextTokens host = models::next_tokens(z, p, u);
+    const models::NextTokens gpu = models::next_tokens(z.to(kGpu), p, u);
+    CHECK(gpu.tokens == host.tokens);
+    for (int64_t i = 0; i < m; ++i) CHECK(std::abs(gpu.logp[i] - host.logp[i]) < 1e-5);
+  }
+}
