@@ -1,6 +1,8 @@
 // The CUDA label ([20]): the model, the fused attention and the sampler on a GPU against the CPU.
 // Each case prints "skipped: no GPU visible" and returns where LibTorch sees no GPU (CI's
 // machines); ctest's cuda.unit marks that skipped. scripts/gpu/check.sh runs them on a GPU.
+// The packed attention alone: FlashAttention's variable-length kernel (bf16) against float64 on the
+// CPU, 2e-2 of the largest entry, with GQA, a one-token sequence and a sliding window.
 // Tolerances: float32 on the GPU (TF32 off, LibTorch's default for matmuls) against float64 on
 // the CPU: log-probs 1e-4, gradients 1e-3 of their largest entry; bf16: 5e-2 and 0.15.
 #include <catch2/catch.hpp>
@@ -9,6 +11,7 @@
 
 #include "fixtures.h"
 #include "llama_test_util.h"
+#include "models/llama/attention_core.h"
 #include "models/llama/model.h"
 #include "models/llama/next_token.h"
 #include "models/llama/sampler.h"
@@ -114,5 +117,43 @@ TEST_CASE("cuda: the sampler's choice on GPU logits is the host's, the logits ne
     const models::NextTokens gpu = models::next_tokens(z.to(kGpu), p, u);
     CHECK(gpu.tokens == host.tokens);
     for (int64_t i = 0; i < m; ++i) CHECK(std::abs(gpu.logp[i] - host.logp[i]) < 1e-5);
+  }
+}
+
+TEST_CASE("cuda: FlashAttention's variable-length kernel on packed rows equals the CPU float64 attention", "[cuda]") {
+  if (!gpu_visible()) return;
+  // 5 sequences (one of a single token), GQA 8 / 2 heads, head dim 64; with and without a window
+  // that bites (HF's: key j seen from query i when i - 16 < j <= i). bf16 against float64.
+  const std::vector<int64_t> lengths = {37, 1, 64, 20, 50};
+  std::vector<int64_t> cu{0};
+  for (const int64_t l : lengths) cu.push_back(cu.back() + l);
+  const int64_t n = cu.back(), heads = 8, kv_heads = 2, dim = 64;
+  const std::vector<models::AttentionSegment> segments = models::segments_from_cu_seqlens(torch::tensor(cu));
+  const auto gen = at::detail::createCPUGenerator(11);
+  const torch::Tensor q = torch::randn({n, heads, dim}, gen, torch::kFloat64);     // (N, H, D)
+  const torch::Tensor k = torch::randn({n, kv_heads, dim}, gen, torch::kFloat64);  // (N, H_kv, D)
+  const torch::Tensor v = torch::randn({n, kv_heads, dim}, gen, torch::kFloat64);
+  const torch::Tensor w = torch::randn({n, heads, dim}, gen, torch::kFloat64);  // weights of the loss
+  for (const int64_t window : {int64_t{0}, int64_t{16}}) {
+    INFO("window " << window);
+    const auto run_on = [&](torch::Device device, torch::Dtype dtype, bool fused) {
+      std::vector<torch::Tensor> in;
+      for (const torch::Tensor& t : {q, k, v}) in.push_back(t.to(device, dtype).requires_grad_(true));
+      const models::PackedAttentionPlan plan =
+          models::plan_packed_attention(segments, n, n, heads, device, fused, models::kBucketSpanRatio, window);
+      if (fused && device.is_cuda()) CHECK(plan.varlen_cu.defined());
+      const torch::Tensor out = models::packed_attention(in[0], in[1], in[2], plan);  // (N, H, D)
+      (out.to(torch::kFloat64) * w.to(device)).sum().backward();
+      std::vector<torch::Tensor> r = {out.detach().to(torch::kCPU, torch::kFloat64)};
+      for (const torch::Tensor& t : in) r.push_back(t.grad().to(torch::kCPU, torch::kFloat64));
+      return r;
+    };
+    const std::vector<torch::Tensor> want = run_on(torch::kCPU, torch::kFloat64, false);
+    const std::vector<torch::Tensor> got = run_on(kGpu, torch::kBFloat16, true);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO(names[i]);
+      CHECK(test::rel_to_max(got[i], want[i]) < 2e-2);  // bf16: 8 mantissa bits
+    }
   }
 }

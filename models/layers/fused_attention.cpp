@@ -3,11 +3,15 @@
 // with lse = logaddexp(lse_1, lse_2). Its backward hands each kernel's backward the merged output
 // and log-sum-exp, which makes each part's gradient the gradient of the one softmax over both
 // spans (the probabilities it rebuilds are exp(s - lse), the row term is dO . out), so no score
-// matrix is ever held and nothing is approximated. On CUDA the prefixed form concatenates the two
+// matrix is ever held and nothing is approximated. On CUDA, packed rows of whole sequences in bf16
+// or fp16 go to FlashAttention's variable-length kernel (fused_varlen_attention) without
+// bucketing; the rest as on the CPU but through scaled_dot_product_attention. On CUDA the prefixed
+// form concatenates the two
 // spans and passes a bottom-right mask instead (LibTorch's CUDA kernels are reached only through
 // scaled_dot_product_attention here, which returns no log-sum-exp); that mask is (L, P + L) bool.
 #include "models/layers/fused_attention.h"
 
+#include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 
@@ -117,6 +121,21 @@ torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tens
                                             std::nullopt, /*enable_gqa=*/true);
   }
   return PrefixedAttention::apply(q, kp, vp, ko, vo)[0];
+}
+
+torch::Tensor fused_varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& cu, int64_t max_len, int64_t window) {
+  if (!q.is_cuda() || (q.scalar_type() != torch::kBFloat16 && q.scalar_type() != torch::kHalf))
+    throw std::invalid_argument("fused_varlen_attention: needs bf16 or fp16 tensors on a GPU, got " +
+                                std::string(c10::toString(q.scalar_type())) + " on " + q.device().str());
+  if (q.dim() != 3 || k.dim() != 3 || k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(2) != k.size(2) ||
+      q.size(1) % k.size(1) != 0)
+    throw std::invalid_argument("fused_varlen_attention: needs q (N, H, D) and k, v (N, H_kv, D), H_kv | H");
+  // FlashAttention's window counts keys inclusively: (left, right) = (window - 1, 0) is HF's.
+  std::optional<int64_t> left, right;
+  if (window > 0) left = window - 1, right = 0;
+  return std::get<0>(at::_flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, /*is_causal=*/true,
+                                                  /*return_debug_mask=*/false, std::nullopt, left, right));
 }
 
 }  // namespace tandem::models

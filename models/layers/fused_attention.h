@@ -31,4 +31,12 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, co
 torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tensor& kp, const torch::Tensor& vp,
                                        const torch::Tensor& ko, const torch::Tensor& vo);
 
+// CUDA, bf16 / fp16: FlashAttention's variable-length kernel (at::_flash_attention_forward,
+// differentiable) on packed rows. q (N, H, D), k, v (N, H_kv, D), H_kv | H; cu (B+1) int32 on
+// q's device: sequence b is rows [cu[b], cu[b+1]), causal within itself; max_len its longest.
+// window > 0: key j is seen from query i when i - window < j <= i (HF's sliding window). Returns
+// (N, H, D). Throws std::invalid_argument on another device or dtype.
+torch::Tensor fused_varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& cu, int64_t max_len, int64_t window = 0);
+
 }  // namespace tandem::models

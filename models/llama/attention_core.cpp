@@ -129,12 +129,23 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
     row += s.length;
   }
   if (row != q_rows) throw std::invalid_argument("packed_attention: segments do not cover every query row");
+  PackedAttentionPlan plan;
+  bool plain = fused && device.is_cuda() && q_rows == k_rows && !segments.empty();
+  for (const AttentionSegment& s : segments) plain = plain && s.q_offset == 0 && s.k_own < 0 && s.k_begin == s.q_begin;
+  if (plain) {
+    std::vector<int32_t> cu{0};
+    for (const AttentionSegment& s : segments) {
+      cu.push_back(static_cast<int32_t>(s.q_begin + s.length));
+      plan.varlen_max = std::max(plan.varlen_max, s.length);
+    }
+    plan.varlen_cu = torch::tensor(cu, torch::kInt32).to(device);
+    plan.varlen_window = window;
+  }
   // A window no segment reaches past is the full attention; one that bites needs the mask.
   bool bites = false;
   for (const AttentionSegment& s : segments) bites = bites || (window > 0 && s.q_offset + s.length > window);
   if (!bites) window = 0;
   if (bites) fused = false;
-  PackedAttentionPlan plan;
   plan.window = window;
   plan.rows = q_rows;
   plan.fused = fused;
@@ -239,6 +250,10 @@ torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                const PackedAttentionPlan& plan) {
   if (q.size(0) != plan.rows) throw std::invalid_argument("packed_attention: the plan is for another row count");
   if (plan.buckets.empty()) return torch::zeros_like(q);
+  // FlashAttention takes head dims up to 256 in multiples of 8; others run the buckets.
+  if (plan.varlen_cu.defined() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
+      q.size(2) % 8 == 0 && q.size(2) <= 256)
+    return fused_varlen_attention(q, k, v, plan.varlen_cu, plan.varlen_max, plan.varlen_window);  // (N, H, D)
   const int64_t heads = q.size(1), dim = q.size(2), kv_heads = k.size(1);
   // The gathered buckets' rows, in bucket order; a fused prefix bucket adds its prefix rows to
   // the K/V list after its own, so every gather is one autograd node per tensor.

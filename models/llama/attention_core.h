@@ -55,10 +55,17 @@ struct PackedAttentionPlan {
     torch::Tensor p_index;  // (P) int64; undefined: no prefix, plain causal over k_index
   };
   std::vector<Bucket> buckets;
-  bool fused = false;   // buckets run on the fused kernels: padding sits at the end, no mask
-  int64_t window = 0;   // > 0: a query at position i sees keys at positions > i - window (Mistral)
-  torch::Tensor order;  // (N) int64: bucket-concatenated row of each query row; undefined: identity
-  int64_t rows = 0;     // N, the query rows the segments cover
+  // CUDA, fused, every segment a whole sequence in its own rows (no prefix, no cp offset): the
+  // int32 cumulative lengths FlashAttention's variable-length kernel takes, on the device, and the
+  // longest sequence. A bf16 / fp16 forward runs that kernel on the packed rows as they are (no
+  // gather, no padding, GQA and the sliding window native); float32 runs the buckets.
+  torch::Tensor varlen_cu;  // (B+1) int32; undefined: not eligible
+  int64_t varlen_max = 0;
+  int64_t varlen_window = 0;  // the model's window (> 0: HF's i - window < j <= i)
+  bool fused = false;         // buckets run on the fused kernels: padding sits at the end, no mask
+  int64_t window = 0;         // > 0: a query at position i sees keys at positions > i - window (Mistral)
+  torch::Tensor order;        // (N) int64: bucket-concatenated row of each query row; undefined: identity
+  int64_t rows = 0;           // N, the query rows the segments cover
 };
 
 // segments cover q_rows query rows in order and lie within k_rows K/V rows (std::invalid_argument

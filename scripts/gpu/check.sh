@@ -78,6 +78,7 @@ fi
 lengths=$prefix/lengths
 mid=(--hidden 512 --layers 4 --heads 8 --kv-heads 4 --vocab 32000)
 bench=(bench train --device "$device" --dtype "$dtype" --steps 3 --warmup 1 --threads 2)
+[ "$dry" = 1 ] && bench=(bench train --device "$device" --dtype "$dtype" --steps 1 --warmup 0 --threads 2)
 if [ "$dry" = 1 ]; then
   qwen=(--hidden 64 --layers 2 --heads 4 --kv-heads 2 --vocab 1000)
 else
@@ -199,8 +200,8 @@ if [ -f "$p/tokenizers/qwen2_5/tokenizer.json" ]; then
 else
   skip real_size "the pack holds no Qwen2.5 tokenizer (pack.sh found none)"
 fi
-stage long_32k 75 "$tandem" bench train --device "$device" --dtype "$dtype" --steps 1 --warmup 1 --threads 2 \
-  --lengths "$lengths/long.txt" --max-tokens-per-micro "$(cat "$lengths/long.txt")" "${mid[@]}"
+stage long_32k 75 "$tandem" "${bench[@]}" --lengths "$lengths/long.txt" \
+  --max-tokens-per-micro "$(cat "$lengths/long.txt")" "${mid[@]}"
 
 "$python" - "$results" "$out" "$dry" "$(($(date +%s) - script_start))" <<'PY'
 import json, os, re, sys
