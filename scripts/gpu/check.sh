@@ -6,7 +6,8 @@
 # time limit, a failed stage never stopping the next:
 #   env          the pack against this machine's torch; GPUs seen
 #   version      tandem --version
-#   ctest_cuda   ctest -L cuda (the [cuda] unit tests)
+#   ctest_cuda   ctest -L cuda: the [cuda] unit tests, NCCL on one rank, 20 quickstart steps whose
+#                reward rises and the overlap worker on CUDA (tests/e2e/check_cuda.sh)
 #   quickstart   20 GRPO steps of configs/quickstart.yaml on one rank, NCCL; the reward's first and
 #                last steps
 #   quickstart2  the same on 2 ranks (mpirun -np 2) when 2 GPUs are visible
@@ -20,7 +21,7 @@
 #   scripts/gpu/check.sh OUT [--pack TAR] [--dry-run]
 # --dry-run runs every stage on this CPU machine instead (device cpu, backend mpi, small shapes,
 # the pack unpacked into a scratch directory, limits x3), so that CI exercises the script before
-# a GPU comes (ctest gpu.check_dry_run). The stage limits add up to 8 min 40 s on one GPU.
+# a GPU comes (ctest gpu.check_dry_run). The stage limits add up to 520 s on one GPU.
 set -uo pipefail
 self=$(realpath "$0")
 cd "$(dirname "$0")/../.."
@@ -178,14 +179,16 @@ add_test(cuda.unit "$p/bin/tandem_tests" "[cuda]" --durations yes)
 set_tests_properties(cuda.unit PROPERTIES LABELS cuda WORKING_DIRECTORY "$repo" TIMEOUT 80 SKIP_REGULAR_EXPRESSION "skipped: ")
 add_test(cuda.nccl_one_rank ${mpirun[*]} -np 1 "$p/bin/tandem_mpi_tests" "[cuda]")
 set_tests_properties(cuda.nccl_one_rank PROPERTIES LABELS cuda WORKING_DIRECTORY "$repo" TIMEOUT 60 SKIP_REGULAR_EXPRESSION "skipped: ")
+add_test(cuda.e2e bash "$repo/tests/e2e/check_cuda.sh" "$tandem" mpirun "$repo/configs/quickstart.yaml")
+set_tests_properties(cuda.e2e PROPERTIES LABELS cuda WORKING_DIRECTORY "$repo" TIMEOUT 140 ENVIRONMENT "TANDEM_PYTHON=$python" SKIP_REGULAR_EXPRESSION "skipped: ")
 CMAKE
-stage ctest_cuda 90 ctest --test-dir "$ctest_dir" -L cuda --output-on-failure
+stage ctest_cuda 150 ctest --test-dir "$ctest_dir" -L cuda --output-on-failure
 
 gpus=0
 [ "$dry" = 0 ] && gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-stage quickstart 90 quickstart 1 quickstart1
+stage quickstart 60 quickstart 1 quickstart1
 if [ "$gpus" -ge 2 ] || [ "$dry" = 1 ]; then  # the dry run takes the 2-rank path on the CPU
-  stage quickstart2 90 quickstart 2 quickstart2
+  stage quickstart2 60 quickstart 2 quickstart2
 else
   skip quickstart2 "fewer than 2 GPUs visible"
 fi
@@ -196,11 +199,11 @@ if [ "$dry" = 1 ]; then echo 1024 >"$lengths/long.txt"; else echo 32768 >"$lengt
 stage bench_mid 45 "$tandem" "${bench[@]}" --lengths "$lengths/mid.txt" "${mid[@]}"
 stage bench_qwen 60 "$tandem" "${bench[@]}" --lengths "$lengths/mid.txt" "${qwen[@]}"
 if [ -f "$p/tokenizers/qwen2_5/tokenizer.json" ]; then
-  stage real_size 120 real_size
+  stage real_size 100 real_size
 else
   skip real_size "the pack holds no Qwen2.5 tokenizer (pack.sh found none)"
 fi
-stage long_32k 75 "$tandem" "${bench[@]}" --lengths "$lengths/long.txt" \
+stage long_32k 65 "$tandem" "${bench[@]}" --lengths "$lengths/long.txt" \
   --max-tokens-per-micro "$(cat "$lengths/long.txt")" "${mid[@]}"
 
 "$python" - "$results" "$out" "$dry" "$(($(date +%s) - script_start))" <<'PY'
