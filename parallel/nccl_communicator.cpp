@@ -267,6 +267,7 @@ class NcclCommunicator final : public Communicator {
   // Sleeps while nothing is pending; otherwise checks the oldest collective every 100 us (one
   // thread, whatever the number of calls), and past its deadline, or on an async error, aborts.
   void monitor() {
+    cudaSetDevice(device_.index());  // this thread's own current device: the events' and the communicator's
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });

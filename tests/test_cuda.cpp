@@ -120,10 +120,11 @@ TEST_CASE("cuda: the sampler's choice on GPU logits is the host's, the logits ne
   }
 }
 
-TEST_CASE("cuda: FlashAttention's variable-length kernel on packed rows equals the CPU float64 attention", "[cuda]") {
-  if (!gpu_visible()) return;
-  // 5 sequences (one of a single token), GQA 8 / 2 heads, head dim 64; with and without a window
-  // that bites (HF's: key j seen from query i when i - 16 < j <= i). bf16 against float64.
+namespace {
+
+// The packed attention of 5 sequences (one of a single token), GQA 8 / 2 heads, head dim 64, on
+// `device` in `dtype`: the output and q/k/v gradients of a weighted sum, float64 on the CPU.
+std::vector<torch::Tensor> packed_attention_run(torch::Device device, torch::Dtype dtype, bool fused, int64_t window) {
   const std::vector<int64_t> lengths = {37, 1, 64, 20, 50};
   std::vector<int64_t> cu{0};
   for (const int64_t l : lengths) cu.push_back(cu.back() + l);
@@ -134,26 +135,50 @@ TEST_CASE("cuda: FlashAttention's variable-length kernel on packed rows equals t
   const torch::Tensor k = torch::randn({n, kv_heads, dim}, gen, torch::kFloat64);  // (N, H_kv, D)
   const torch::Tensor v = torch::randn({n, kv_heads, dim}, gen, torch::kFloat64);
   const torch::Tensor w = torch::randn({n, heads, dim}, gen, torch::kFloat64);  // weights of the loss
+  std::vector<torch::Tensor> in;  // fresh leaves (in float64 on the CPU, .to would return q itself)
+  for (const torch::Tensor& t : {q, k, v}) in.push_back(t.to(device, dtype).clone().requires_grad_(true));
+  const models::PackedAttentionPlan plan =
+      models::plan_packed_attention(segments, n, n, heads, device, fused, models::kBucketSpanRatio, window);
+  if (fused && device.is_cuda()) CHECK(plan.varlen_cu.defined());
+  const torch::Tensor out = models::packed_attention(in[0], in[1], in[2], plan);  // (N, H, D)
+  (out.to(torch::kFloat64) * w.to(device)).sum().backward();
+  std::vector<torch::Tensor> r = {out.detach().to(torch::kCPU, torch::kFloat64)};
+  for (const torch::Tensor& t : in) r.push_back(t.grad().to(torch::kCPU, torch::kFloat64));
+  return r;
+}
+
+void check_attention_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double tol) {
+  const char* names[] = {"output", "dq", "dk", "dv"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(names[i]);
+    CHECK(test::rel_to_max(got[i], want[i]) < tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: FlashAttention's variable-length kernel on packed rows equals the CPU float64 attention", "[cuda]") {
+  if (!gpu_visible()) return;
+  // With and without a window that bites (HF's: key j seen from query i when i - 16 < j <= i).
   for (const int64_t window : {int64_t{0}, int64_t{16}}) {
     INFO("window " << window);
-    const auto run_on = [&](torch::Device device, torch::Dtype dtype, bool fused) {
-      std::vector<torch::Tensor> in;
-      for (const torch::Tensor& t : {q, k, v}) in.push_back(t.to(device, dtype).requires_grad_(true));
-      const models::PackedAttentionPlan plan =
-          models::plan_packed_attention(segments, n, n, heads, device, fused, models::kBucketSpanRatio, window);
-      if (fused && device.is_cuda()) CHECK(plan.varlen_cu.defined());
-      const torch::Tensor out = models::packed_attention(in[0], in[1], in[2], plan);  // (N, H, D)
-      (out.to(torch::kFloat64) * w.to(device)).sum().backward();
-      std::vector<torch::Tensor> r = {out.detach().to(torch::kCPU, torch::kFloat64)};
-      for (const torch::Tensor& t : in) r.push_back(t.grad().to(torch::kCPU, torch::kFloat64));
-      return r;
-    };
-    const std::vector<torch::Tensor> want = run_on(torch::kCPU, torch::kFloat64, false);
-    const std::vector<torch::Tensor> got = run_on(kGpu, torch::kBFloat16, true);
-    const char* names[] = {"output", "dq", "dk", "dv"};
-    for (size_t i = 0; i < want.size(); ++i) {
-      INFO(names[i]);
-      CHECK(test::rel_to_max(got[i], want[i]) < 2e-2);  // bf16: 8 mantissa bits
-    }
+    check_attention_close(packed_attention_run(kGpu, torch::kBFloat16, true, window),
+                          packed_attention_run(torch::kCPU, torch::kFloat64, false, window), 2e-2);  // bf16
   }
+}
+
+// The GPU cases' own harness, run here on the CPU so that CI exercises it: float32 against the
+// float64 reference within the GPU cases' float32 tolerances.
+TEST_CASE("cuda harness on the CPU: the model run and the packed attention run meet their tolerances in float32",
+          "[llama][cuda_harness]") {
+  const std::string dir = test::llama_fixture("tiny_qwen2");
+  LlamaForCausalLM reference = models::load_llama(dir, {}, torch::kFloat64);
+  LlamaForCausalLM model = models::load_llama(dir, {}, torch::kFloat32);
+  check_close(run(model, torch::kCPU), run(reference, torch::kCPU), 1e-4, 1e-3);
+  for (const int64_t window : {int64_t{0}, int64_t{16}})
+    check_attention_close(packed_attention_run(torch::kCPU, torch::kFloat32, true, window),
+                          packed_attention_run(torch::kCPU, torch::kFloat64, false, window), 1e-5);
+  // Control: a window the reference does not have moves the output past any tolerance above.
+  CHECK(test::rel_to_max(packed_attention_run(torch::kCPU, torch::kFloat32, true, 16)[0],
+                         packed_attention_run(torch::kCPU, torch::kFloat64, false, 0)[0]) > 5e-2);
 }
