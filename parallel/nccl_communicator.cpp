@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -118,6 +119,16 @@ class NcclCommunicator final : public Communicator {
     monitor_ = std::thread([this] { monitor(); });
   }
   ~NcclCommunicator() override {
+    // Unwinding an error: a collective this rank launched may never be matched by its peers, so
+    // waiting for it would end in the deadline's misleading "a peer died". Abort instead, so the
+    // error itself is what gets reported.
+    if (std::uncaught_exceptions() > 0 && comm_) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Pending& p : pending_) cudaEventDestroy(p.done);
+      pending_.clear();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -264,8 +275,10 @@ class NcclCommunicator final : public Communicator {
     wake_.notify_all();
   }
 
-  // Sleeps while nothing is pending; otherwise checks the oldest collective every 100 us (one
-  // thread, whatever the number of calls), and past its deadline, or on an async error, aborts.
+  // Sleeps while nothing is pending; otherwise checks the oldest collective every 1 ms (one
+  // thread, whatever the number of calls; the callers never wait on it), and past its deadline,
+  // or on an async error, aborts. The deadline counts from the launch, so work queued before the
+  // collective counts too: parallel.timeout_s must exceed a step's longest kernel queue.
   void monitor() {
     cudaSetDevice(device_.index());  // this thread's own current device: the events' and the communicator's
     std::unique_lock<std::mutex> lock(mu_);
@@ -296,7 +309,7 @@ class NcclCommunicator final : public Communicator {
           ncclCommAbort(comm_);
           std::_Exit(kTimeoutExitCode);
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock.lock();
         continue;
       }

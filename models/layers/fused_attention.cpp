@@ -95,9 +95,19 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, co
                               const torch::Tensor& allowed) {
   check_shapes(q, k, v, "fused_attention");
   if (q.is_cuda()) {
+    // SDPA on CUDA refuses a mask together with is_causal (the math kernel, which GQA in float32
+    // falls to, says so), so the causal part goes into the mask: query i sees keys j <= i.
     std::optional<torch::Tensor> mask;
-    if (allowed.defined()) mask = allowed;
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt, /*enable_gqa=*/true);
+    bool is_causal = causal;
+    if (allowed.defined()) {
+      mask = allowed;
+      if (causal) {
+        const int64_t lq = q.size(2), lk = k.size(2);
+        mask = allowed & torch::ones({lq, lk}, allowed.options().dtype(torch::kBool)).tril();  // (.., L_q, L_k)
+        is_causal = false;
+      }
+    }
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, std::nullopt, /*enable_gqa=*/true);
   }
   std::optional<torch::Tensor> mask;
   if (allowed.defined()) mask = additive_mask(allowed, q);

@@ -40,6 +40,8 @@ for pkg in openmpi-bin libopenmpi3 openmpi-common; do
   done
 done
 cp -rP /etc/openmpi "$root/openmpi/etc/" 2>/dev/null || mkdir -p "$root/openmpi/etc/openmpi"
+# mpirun / mpiexec are update-alternatives links on Debian, not the package's files.
+for name in mpirun mpiexec; do ln -sf orterun "$root/openmpi/usr/bin/$name"; done
 
 # The libraries every packed ELF loads, but those any Linux with PyTorch has (the C library, the
 # C++ runtime) and those the GPU machine's torch brings (LibTorch, CUDA, NCCL).
