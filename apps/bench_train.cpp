@@ -126,9 +126,8 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   reset_device_peak(device);
   // The peak the MFU is taken against: the host's float32 BLAS GEMM as before, else a GEMM in the
   // run's dtype on its device (8192^3 on a GPU).
-  const auto measure_peak = [&] {
-    return device.is_cpu() && dtype == torch::kFloat32 ? gemm_gflops(2048, 3) : peak_gflops(device, dtype);
-  };
+  const bool host_blas_peak = device.is_cpu() && dtype == torch::kFloat32;
+  const auto measure_peak = [&] { return host_blas_peak ? gemm_gflops(2048, 3) : peak_gflops(device, dtype); };
   models::LogProbOptions lo;
   lo.save_logits_max_bytes = a.save_logits_mib << 20;
   lo.chunk_tokens = a.logits_chunk_tokens;
@@ -291,9 +290,8 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   out["model_flops_per_step"] = flops;
   out["achieved_gflops"] = flops / t / 1e9;
   out["gemm2048_f32_gflops"] = peak;  // the best of every measurement
-  out["gemm_peak"] = device.is_cpu() && dtype == torch::kFloat32
-                         ? "float32 2048^3 BLAS on the host"
-                         : a.dtype + (device.is_cuda() ? " 8192^3 on " : " 2048^3 on ") + device.str();
+  out["gemm_peak"] = host_blas_peak ? "float32 2048^3 BLAS on the host"
+                                    : a.dtype + (device.is_cuda() ? " 8192^3 on " : " 2048^3 on ") + device.str();
   out["gemm2048_f32_samples"] = peaks;  // before the first timed step, then after each
   out["mfu"] = median(first.mfu);       // each step against the higher peak beside it
   out["mfu_vs_best_peak"] = flops / t / 1e9 / peak;

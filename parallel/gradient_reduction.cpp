@@ -59,12 +59,11 @@ torch::Tensor gradients_sq_norm(const std::vector<torch::Tensor>& params) {
 GradientCheck check_gradients(const std::vector<torch::Tensor>& params, bool local_loss_finite, Communicator& comm) {
   torch::NoGradGuard no_grad;
   const torch::Tensor sq = gradients_sq_norm(params).to(comm.device());  // ()
-  const torch::Tensor bad =                                              // (1): 1 where this rank is not finite
+  torch::Tensor flag =                                                   // (1): 1 where this rank is not finite
       torch::logical_or(torch::logical_not(torch::isfinite(sq)), torch::tensor(!local_loss_finite).to(sq.device()))
           .to(torch::kFloat64)
           .reshape({1});
-  torch::Tensor flag = bad.clone();
-  comm.all_reduce(flag, ReduceOp::kMax);
+  comm.all_reduce(flag, ReduceOp::kMax);                                           // then 1 where any rank is not
   const torch::Tensor host = torch::cat({flag, sq.reshape({1})}).to(torch::kCPU);  // (2): the step's one sync
   const double* h = host.data_ptr<double>();
   return {h[0] == 0.0, std::sqrt(h[1])};

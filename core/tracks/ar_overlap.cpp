@@ -20,8 +20,9 @@
 #include "core/tracks/ar_track.h"
 #include "runtime/timing.h"
 
-#if defined(TANDEM_WITH_TORCH_CUDA)
 #include <c10/core/Event.h>
+
+#if defined(TANDEM_WITH_TORCH_CUDA)
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -85,19 +86,14 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
       local.insert(local.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
       join();  // one forward thread at a time: the pools stay at their sizes
       if (failure) std::rethrow_exception(failure);
+      std::shared_ptr<c10::Event> ready;  // CUDA: this stream's work so far, the last optimizer step included
 #if defined(TANDEM_WITH_TORCH_CUDA)
-      std::shared_ptr<c10::Event> ready;  // this stream's work so far, the last optimizer step included
       if (device_.is_cuda()) {
         ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
         ready->record(c10::cuda::getCurrentCUDAStream(device_.index()));
       }
 #endif
-      worker = std::thread([this, &chunk, &failure, forward_threads
-#if defined(TANDEM_WITH_TORCH_CUDA)
-                            ,
-                            ready
-#endif
-      ] {
+      worker = std::thread([this, &chunk, &failure, forward_threads, ready] {
         try {
           torch::set_num_threads(forward_threads);  // this thread's own OpenMP pool
 #if defined(TANDEM_WITH_TORCH_CUDA)

@@ -136,6 +136,13 @@ struct Trainer::Impl {
     comms.world->barrier();
   }
 
+  // This rank's peak host RSS and peak device memory (0 on the CPU) so far, in GiB: (2) float64.
+  torch::Tensor peak_memory_gib() const {
+    return torch::tensor({static_cast<double>(peak_rss_bytes()), static_cast<double>(device_peak_bytes(device))},
+                         torch::kFloat64) /
+           static_cast<double>(1 << 30);
+  }
+
   void setup_device() {
     const RankRuntime rt = setup_rank_runtime(config.run, options.local_rank, options.local_ranks);
     device = rt.device, dtype = rt.dtype, master_weights = rt.master_weights;
@@ -367,9 +374,7 @@ struct Trainer::Impl {
     }
     m["lr"] = lr;
     m["grad_norm"] = grad_norm;
-    torch::Tensor rss = torch::tensor(
-        {static_cast<double>(peak_rss_bytes()) / (1 << 30), static_cast<double>(device_peak_bytes(device)) / (1 << 30)},
-        torch::kFloat64);
+    torch::Tensor rss = peak_memory_gib();  // (2)
     comms.world->all_reduce(rss, parallel::ReduceOp::kMax);
     m["mem/peak_rss_gib"] = rss[0].item<double>();                        // the largest rank's high-water mark so far
     if (device.is_cuda()) m["mem/peak_gpu_gib"] = rss[1].item<double>();  // the caching allocator's
@@ -517,9 +522,7 @@ struct Trainer::Impl {
         return kExitPreempted;
       }
     }
-    torch::Tensor rss = torch::tensor(
-        {static_cast<double>(peak_rss_bytes()) / (1 << 30), static_cast<double>(device_peak_bytes(device)) / (1 << 30)},
-        torch::kFloat64);
+    torch::Tensor rss = peak_memory_gib();                             // (2)
     rss = comms.world->all_gather(rss).reshape({-1, 2}).contiguous();  // (world, 2)
     std::string per_rank, gpu_per_rank;
     for (int64_t r = 0; r < rss.size(0); ++r) {

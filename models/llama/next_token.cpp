@@ -88,6 +88,13 @@ int64_t choose(const double* w, int64_t n, const SamplingParams& p, double u) {
   return inverse_cdf(w, order, u);
 }
 
+// A row's maximum tells all: NaN or +inf anywhere makes it NaN or +inf, and it is -inf only when
+// every entry is. Throws std::runtime_error for either.
+void check_row_top(double top) {
+  if (std::isnan(top) || top == INFINITY) throw std::runtime_error("sampler: a logits row holds NaN or +inf");
+  if (top == -INFINITY) throw std::runtime_error("sampler: a logits row is all -inf");
+}
+
 }  // namespace
 
 uint64_t mix64(uint64_t x) {
@@ -125,10 +132,7 @@ std::vector<int64_t> pick_tokens(const torch::Tensor& z, const SamplingParams& p
   const torch::Tensor best_t = z.argmax(1, /*keepdim=*/true);  // (m, 1)
   const torch::Tensor top = z.gather(1, best_t);               // (m, 1)
   const double* tp = top.data_ptr<double>();
-  for (int64_t i = 0; i < m; ++i) {
-    if (std::isnan(tp[i]) || tp[i] == INFINITY) throw std::runtime_error("sampler: a logits row holds NaN or +inf");
-    if (tp[i] == -INFINITY) throw std::runtime_error("sampler: a logits row is all -inf");
-  }
+  for (int64_t i = 0; i < m; ++i) check_row_top(tp[i]);
   std::vector<int64_t> best(best_t.data_ptr<int64_t>(), best_t.data_ptr<int64_t>() + m);
   if (is_greedy(p)) return best;
   torch::Tensor w = z - top;  // (m, n)
@@ -158,8 +162,7 @@ NextTokens next_tokens_narrowed(const torch::Tensor& logits, const SamplingParam
     const double* h = host.data_ptr<double>();
     for (int64_t i = 0; i < m; ++i) {
       const double top = h[3 * i + 1];
-      if (std::isnan(top) || top == INFINITY) throw std::runtime_error("sampler: a logits row holds NaN or +inf");
-      if (top == -INFINITY) throw std::runtime_error("sampler: a logits row is all -inf");
+      check_row_top(top);
       out.tokens.push_back(static_cast<int64_t>(h[3 * i]));
       out.logp.push_back(top - h[3 * i + 2]);
     }
