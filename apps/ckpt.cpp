@@ -14,7 +14,10 @@
 #include "core/run/checkpoint.h"
 #include "core/run/checkpoint_manifest.h"
 #include "core/run/rank_runtime.h"
+#include "core/tracks/lora_checkpoint.h"
 #include "models/llama/config.h"
+#include "models/llama/lora.h"
+#include "models/llama/weights.h"
 #include "models/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -129,8 +132,60 @@ torch::Dtype export_dtype(const std::string& name, const Config& config) {
 
 }  // namespace
 
-int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name) {
+namespace {
+
+// A LoRA checkpoint: the peft adapter directory as it is, or (merge) the base with the adapters
+// merged in, as a complete Hugging Face directory beside the base's own files.
+int export_lora(const std::string& dir, const std::string& out, const std::string& dtype_name, bool merge) {
+  const Config config = load_saved_config(dir + "/recipe.yaml");
+  const fs::path tmp = fs::path(out).string() + ".partial";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const fs::path adapter = fs::path(dir) / kAdapterDir;
+  std::string base;
+  if (!merge) {
+    for (const char* f : {"adapter_config.json", "adapter_model.safetensors"}) fs::copy_file(adapter / f, tmp / f);
+    const nlohmann::json id = read_base_identity(dir);
+    base = id["source"] == "hf_dir" ? id.value("path", std::string()) : dir + "/" + kBaseDir;
+    models::read_safetensors_header((tmp / "adapter_model.safetensors").string());
+  } else {
+    // Merged in float64 arithmetic on float32 weights, rounded once to the dtype asked for.
+    std::unique_ptr<LlamaPolicy> policy = load_lora_checkpoint(dir, config, torch::kFloat32, &base);
+    models::merge_lora(*policy->model());
+    const torch::Dtype dtype = export_dtype(dtype_name, config);
+    for (const auto& f : fs::directory_iterator(base)) {
+      const std::string name = f.path().filename().string();
+      if (!f.is_regular_file() || f.path().extension() == ".safetensors" || name == models::kHfIndexFile) continue;
+      fs::copy_file(f.path(), tmp / name);
+    }
+    std::map<std::string, torch::Tensor> weights = models::gather_hf_state(*policy->model());
+    for (auto& [name, t] : weights) t = t.to(dtype);
+    models::save_hf_weights(tmp.string(), weights);
+    nlohmann::json hf = models::read_hf_config(tmp.string());
+    hf["torch_dtype"] = models::hf_dtype_name(dtype);
+    std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
+    for (const auto& f : fs::directory_iterator(tmp))
+      if (f.path().extension() == ".safetensors") models::read_safetensors_header(f.path().string());
+  }
+  fs::remove_all(out);
+  fs::rename(tmp, out);
+  if (merge)
+    std::cout << "exported " << dir << " (base " << base << " + adapters, merged) -> " << out << "\n";
+  else
+    std::cout << "exported " << adapter.string() << " -> " << out << " (peft adapter; its base: " << base
+              << "; --merge writes a merged model)\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name, bool merge) {
   const std::string dir = checked_checkpoint(path).first;
+  if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
+  if (fs::exists(fs::path(dir) / kAdapterDir)) return export_lora(dir, out, dtype_name, merge);
+  if (merge)
+    throw UserError(dir + ": --merge merges LoRA adapters, and this checkpoint has none (no " + kAdapterDir +
+                    "/); export it without --merge");
   const fs::path model = fs::path(dir) / "ar_model";
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
   if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");

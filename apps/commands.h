@@ -128,6 +128,6 @@ int run_generate(const GenerateArgs& args);
 
 int run_ckpt_info(const std::string& path);
 // dtype: float32 | bfloat16 | float16 | float64, or "" for the run's compute dtype.
-int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype);
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype, bool merge);
 
 }  // namespace tandem::app

@@ -13,6 +13,7 @@
 #include "core/rewards/reward_factory.h"
 #include "core/run/checkpoint.h"
 #include "core/run/rank_runtime.h"
+#include "core/tracks/lora_checkpoint.h"
 #include "core/trainer/preflight.h"
 #include "models/tokenizers/tokenizer.h"
 #include "parallel/communicator.h"
@@ -29,6 +30,7 @@ struct EvalSubject {
   Config config;
   std::string weights;
   bool from_checkpoint = false;
+  bool lora = false;  // weights: a LoRA checkpoint (lora_checkpoint.h)
 };
 
 EvalSubject subject(const EvalArgs& a) {
@@ -55,6 +57,13 @@ EvalSubject subject(const EvalArgs& a) {
   // The checkpoint's model and tokenizer, whatever the eval recipe says about them.
   s.config.tracks.ar.model = saved.tracks.ar.model;
   s.config.tracks.ar.tokenizer = saved.tracks.ar.tokenizer;
+  s.config.tracks.ar.lora = saved.tracks.ar.lora;
+  if (fs::exists(fs::path(*choice.path) / kAdapterDir)) {  // LoRA: base + adapters, unmerged
+    s.weights = *choice.path;
+    s.lora = true;
+    s.from_checkpoint = true;
+    return s;
+  }
   if (fs::exists(fs::path(*choice.path) / "ar_model" / "tokenizer.json"))
     s.config.tracks.ar.tokenizer.path = *choice.path + "/ar_model";
   s.weights = *choice.path + "/ar_model";
@@ -75,13 +84,17 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
     const std::unique_ptr<models::Tokenizer> tokenizer =
         c.tracks.ar.tokenizer.kind == TokenizerKind::kChar ? models::make_char_tokenizer(c.tracks.ar.tokenizer.alphabet)
                                                            : models::load_hf_tokenizer(*c.tracks.ar.tokenizer.path);
-    BuiltTextPolicy built = text_policy_spec(c.tracks.ar.model.arch).load(s.weights, rt.dtype);
+    std::unique_ptr<TextPolicy> policy;
+    if (s.lora)
+      policy = load_lora_checkpoint(s.weights, c, rt.dtype);
+    else
+      policy = text_policy_spec(c.tracks.ar.model.arch).load(s.weights, rt.dtype).policy;
     ArEvaluator evaluator(c, *tokenizer);
     const auto reward =
         rewards::make_reward(c.tracks.ar.reward.kind, c.tracks.ar.reward.command, c.tracks.ar.reward.timeout_s);
     auto world = parallel::make_mpi_communicator(MPI_COMM_WORLD, "eval", c.parallel.timeout_s);
     torch::NoGradGuard no_grad;
-    const MetricMap m = evaluator.evaluate(*built.policy, *reward, *world);
+    const MetricMap m = evaluator.evaluate(*policy, *reward, *world);
     if (mpi.rank() == 0) {
       nlohmann::json out(m);
       out["source"] = s.weights;

@@ -19,6 +19,7 @@
 #include "core/policies/unified_policy.h"
 #include "core/run/checkpoint.h"
 #include "core/tracks/ar_track.h"
+#include "core/tracks/lora_checkpoint.h"
 #include "models/dit/sampler.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
@@ -65,6 +66,12 @@ Policy from_checkpoint(const std::string& path) {
     p.format.tokenizer_path = own ? dir + "/ar_model" : *ar.tokenizer.path;
     if (own && p.format.chat_template != "none") p.format.chat_template = "auto";
     p.tokenizer = models::load_hf_tokenizer(*p.format.tokenizer_path);
+  }
+  if (fs::exists(fs::path(dir) / kAdapterDir)) {  // LoRA: the base with the adapters, unmerged
+    p.policy = load_lora_checkpoint(dir, config, torch::kFloat32);
+    p.vocab_size = ar.model.vocab_size;
+    p.rollout = ar.rollout;
+    return p;
   }
   BuiltTextPolicy built = text_policy_spec(ar.model.arch).load(dir + "/ar_model", torch::kFloat32);
   p.policy = std::move(built.policy);

@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
                   "this PNG, with a .json of the prompts beside it");
 
   std::string ckpt_path, export_out, export_dtype;
+  bool export_merge = false;
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
   ckpt->require_subcommand(1);
   CLI::App* ckpt_info = ckpt->add_subcommand("info", "summarise a checkpoint (or a run's latest)");
@@ -171,6 +172,9 @@ int main(int argc, char** argv) {
       ->add_option("--dtype", export_dtype,
                    "weights dtype: float32, bfloat16, float16 or float64 (default: the run's compute dtype)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16", "float64"}));
+  ckpt_export->add_flag("--merge", export_merge,
+                        "LoRA checkpoints: write the base with the adapters merged in, a complete Hugging Face "
+                        "directory (default: the peft adapter directory)");
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
   bench->require_subcommand(1);
@@ -364,7 +368,7 @@ int main(int argc, char** argv) {
     if (*pretrain) return tandem::app::run_pretrain_flow(pretrain_args, argc, argv);
     if (*gen) return tandem::app::run_generate(gen_args);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
-    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype);
+    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype, export_merge);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
     if (*bench_train) return tandem::app::run_bench_train(train_bench, argc, argv);
     if (*bench_ablate) return tandem::app::run_bench_ablate(ablate);

@@ -78,24 +78,47 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
     const bool with_bias = ctx->saved_data["biases"].toInt() > 0;
     variable_list out(1 + k + (with_bias ? k : 0));
     torch::Tensor dx;  // (M, in)
+    // A frozen weight (LoRA's base) gets no gradient: skipping its GEMM is a third of the backward.
+    const bool want_dx = ctx->needs_input_grad(0);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
       const torch::Tensor g = grads[i].contiguous();  // (M, out_i)
       const torch::Tensor& w = saved[i + 1];          // (out_i, in)
-      if (!dx.defined()) {
+      if (want_dx && !dx.defined()) {
         dx = torch::matmul(g, w);
-      } else {
+      } else if (want_dx) {
         dx.addmm_(g, w);
       }
-      out[i + 1] = torch::matmul(g.t(), x);      // (out_i, in)
-      if (with_bias) out[1 + k + i] = g.sum(0);  // (out_i)
+      if (ctx->needs_input_grad(i + 1)) out[i + 1] = torch::matmul(g.t(), x);        // (out_i, in)
+      if (with_bias && ctx->needs_input_grad(1 + k + i)) out[1 + k + i] = g.sum(0);  // (out_i)
     }
     out[0] = dx;
     return out;
   }
 };
 
+thread_local bool t_lora_active = true;
+
+// scale * (x A^T) B^T in the factors' dtype, which is x's in a run (attach_lora), so nothing is
+// converted: (..., in[_local]) -> (..., out[_local]) in `dtype`.
+torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, double scale,
+                         torch::ScalarType dtype) {
+  const torch::Tensor xa = torch::matmul(x.to(a.scalar_type()), a.t()) * scale;  // (..., r)
+  return torch::matmul(xa, b.t()).to(dtype);                                     // (..., out)
+}
+
+void check_factors(const torch::Tensor& a, const torch::Tensor& b, int64_t in, int64_t out, const char* what) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == in && b.size(0) == out && a.size(0) == b.size(1), what,
+              ": LoRA factors A ", a.sizes(), " and B ", b.sizes(), " do not fit a layer of ", in, " -> ", out);
+}
+
 }  // namespace
+
+bool lora_active() { return t_lora_active; }
+LoraOffGuard::LoraOffGuard() : previous_(t_lora_active) { t_lora_active = false; }
+LoraOffGuard::~LoraOffGuard() { t_lora_active = previous_; }
+LoraModeGuard::LoraModeGuard(bool active) : previous_(t_lora_active) { t_lora_active = active; }
+LoraModeGuard::~LoraModeGuard() { t_lora_active = previous_; }
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp) {
   if (tp == nullptr || tp->size() == 1) return x;
@@ -123,8 +146,17 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool
   if (with_bias) bias = register_parameter("bias", torch::zeros({out_range.size()}));
 }
 
+void ColumnParallelLinearImpl::attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale) {
+  check_factors(a, b, in_features, out_range.size(), "ColumnParallelLinear");
+  lora_ = {register_parameter("lora_A", a), register_parameter("lora_B", b), scale};
+}
+
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  return torch::linear(copy_to_tp(x, tp_), weight, bias);  // (..., out_local)
+  const torch::Tensor xt = copy_to_tp(x, tp_);
+  torch::Tensor y = torch::linear(xt, weight, bias);  // (..., out_local)
+  if (lora_.defined() && t_lora_active)
+    y = y + lora_delta(xt, copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale, y.scalar_type());
+  return y;
 }
 
 std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
@@ -141,6 +173,21 @@ std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
   const torch::Tensor x2 = xt.reshape({-1, xt.size(-1)});  // (M, in)
   // As TensorLists, so that autograd sees every weight and bias as an input (a std::vector would not be).
   std::vector<torch::Tensor> parts = FusedLinear::apply(x2, at::TensorList(weights), at::TensorList(biases));
+  // The adapters' A factors of all the layers as one GEMM too: x A_cat^T is (M, sum r).
+  std::vector<torch::Tensor> as;
+  std::vector<int64_t> ranks;
+  for (const auto* l : layers)
+    if (l->lora().defined() && t_lora_active)
+      as.push_back(copy_to_tp(l->lora().a, l->tp()) * l->lora().scale), ranks.push_back(l->lora().a.size(0));
+  if (!as.empty()) {
+    const torch::Tensor xa = torch::matmul(x2.to(as[0].scalar_type()), torch::cat(as, 0).t());  // (M, sum r)
+    const std::vector<torch::Tensor> xas = xa.split_with_sizes(ranks, -1);                      // (M, r) each
+    size_t j = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (!layers[i]->lora().defined()) continue;
+      parts[i] = parts[i] + torch::matmul(xas[j++], layers[i]->lora().b.t()).to(parts[i].scalar_type());
+    }
+  }
   for (auto& p : parts) {
     std::vector<int64_t> shape(xt.sizes().begin(), xt.sizes().end() - 1);
     shape.push_back(p.size(-1));
@@ -160,8 +207,17 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
 }
 
+void RowParallelLinearImpl::attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale) {
+  check_factors(a, b, in_range.size(), out_features, "RowParallelLinear");
+  lora_ = {register_parameter("lora_A", a), register_parameter("lora_B", b), scale};
+}
+
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = reduce_from_tp(torch::linear(x, weight), tp_);  // (..., out)
+  torch::Tensor partial = torch::linear(x, weight);  // (..., out): this rank's share of the sum over tp
+  // B (A_r x_r) summed over tp is B A x: the adapter's share joins the layer's one reduction.
+  if (lora_.defined() && t_lora_active)
+    partial = partial + lora_delta(x, lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale, partial.scalar_type());
+  torch::Tensor y = reduce_from_tp(partial, tp_);  // (..., out)
   return bias.defined() ? y + bias : y;
 }
 

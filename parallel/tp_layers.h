@@ -9,6 +9,46 @@
 
 namespace tandem::parallel {
 
+// Low-rank adapters (LoRA, Hu et al. 2021, in peft's layout) on the linear layers below:
+// y = W x + scale * B (A x), A (r, in) and B (out, r), W + BA never formed. The product runs in
+// x's dtype: a bf16 run's adapters are bf16 copies of float32 masters, as its base is. (peft runs
+// it in float32, which keeps a float32 copy of every adapted layer's input for the backward.)
+// Column parallel: B is split as W's rows, A replicated; row parallel: A is split as W's columns,
+// B replicated. The replicated factor enters through copy_to_tp, so its gradient is summed over tp,
+// and no collective is added to the forward.
+struct LoraFactors {
+  torch::Tensor a;  // (r, in) | row parallel (r, in_local)
+  torch::Tensor b;  // (out_local, r) | row parallel (out, r)
+  double scale = 0;
+  bool defined() const { return a.defined(); }
+};
+
+// Whether adapters apply on this thread: on by default; LoraOffGuard turns them off for its scope
+// (the KL reference and the base-only phases run the same modules without them). Thread-local, so
+// a reference forward on the overlap worker's thread leaves the sampler's adapters on.
+bool lora_active();
+class LoraOffGuard {
+ public:
+  LoraOffGuard();
+  ~LoraOffGuard();
+  LoraOffGuard(const LoraOffGuard&) = delete;
+  LoraOffGuard& operator=(const LoraOffGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+// Sets the thread's switch for a scope, as it was when a recomputed layer first ran.
+class LoraModeGuard {
+ public:
+  explicit LoraModeGuard(bool active);
+  ~LoraModeGuard();
+  LoraModeGuard(const LoraModeGuard&) = delete;
+  LoraModeGuard& operator=(const LoraModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // f: identity forward; the gradient is summed over tp backward. Enters a tp region whose
 // input is replicated on every tp rank.
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp);
@@ -32,9 +72,13 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   torch::Tensor weight;  // (out_local, in)
   torch::Tensor bias;    // (out_local), undefined without bias
   Communicator* tp() const { return tp_; }
+  // Registers the adapter's factors as parameters lora_A (r, in) and lora_B (out_local, r).
+  void attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale);
+  const LoraFactors& lora() const { return lora_; }
 
  private:
   Communicator* tp_;
+  LoraFactors lora_;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
@@ -57,9 +101,13 @@ class RowParallelLinearImpl : public torch::nn::Module {
   ShardRange in_range;
   torch::Tensor weight;  // (out, in_local)
   torch::Tensor bias;    // (out), undefined without bias
+  // Registers the adapter's factors as parameters lora_A (r, in_local) and lora_B (out, r).
+  void attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale);
+  const LoraFactors& lora() const { return lora_; }
 
  private:
   Communicator* tp_;
+  LoraFactors lora_;
 };
 TORCH_MODULE(RowParallelLinear);
 

@@ -100,6 +100,8 @@ void validate_geometry(const TrainConfig& train, const char* track, const std::o
   }
 }
 
+void validate_lora(const Config& c);
+
 void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   const ArTrackConfig& ar = c.tracks.ar;
   const ArModelConfig& m = ar.model;
@@ -181,8 +183,38 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
               "); use recompute");
   require(ar.warmstart.steps == 0 || ar.data.task != "jsonl" || !ar.data.answer_key.empty(),
           "tracks.ar.warmstart.steps", "a warm-start needs reference answers (data.answer_key)");
+  validate_lora(c);
   validate_geometry(c.train, "ar", ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode, m.max_seq_len,
                     "tracks.ar.model.max_seq_len");
+}
+
+// tracks.ar.lora: what the adapters (models/llama/lora.h) can do exactly.
+void validate_lora(const Config& c) {
+  const ArLoraConfig& l = c.tracks.ar.lora;
+  if (!l.enabled()) return;
+  const std::string why = " (tracks.ar.lora.rank " + std::to_string(l.rank) + " turns LoRA on)";
+  require(c.tracks.ar.model.arch == ArArch::kLlama, "tracks.ar.lora.rank",
+          "LoRA adapts the llama architecture's linear layers; arch unified has none yet: set rank 0" + why);
+  require(l.dropout == 0, "tracks.ar.lora.dropout",
+          "must be 0: dropout on the adapters' input would make the old / reference log-probs and the sampler "
+          "disagree with the trained forward");
+  require(!l.targets.empty(), "tracks.ar.lora.targets", "must be all-linear or a non-empty list of module names");
+  static const std::set<std::string> kNames{"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                            "gate_proj", "up_proj", "down_proj"};
+  std::set<std::string> seen;
+  for (const std::string& t : l.targets) {
+    if (t == "all-linear") {
+      require(l.targets.size() == 1, "tracks.ar.lora.targets", "all-linear stands alone (it names all seven)");
+      continue;
+    }
+    require(kNames.count(t) > 0, "tracks.ar.lora.targets",
+            "unknown module '" + t +
+                "'; use all-linear or names from q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                "up_proj, down_proj");
+    require(seen.insert(t).second, "tracks.ar.lora.targets", "'" + t + "' is listed twice");
+  }
+  require(!c.tracks.image.enabled || c.tracks.image.model.arch != ImageArch::kShared, "tracks.ar.lora.rank",
+          "LoRA does not cover a model shared with the image track yet; set rank 0" + why);
 }
 
 // train.overlap and parallel.rollout_ranks (hybrid-async rollout) and the staleness they allow.

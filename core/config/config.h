@@ -196,6 +196,18 @@ struct ArWarmstartConfig {
   int64_t batch_size = 32;  // sequences per step, over all dp ranks
 };
 
+// LoRA (tracks.ar.lora): low-rank adapters on the policy's linear layers, trained on a frozen
+// base; the KL reference is the base with the adapters off. rank 0: off (full fine-tuning).
+struct ArLoraConfig {
+  int64_t rank = 0;
+  double alpha = 16;  // the adapters' output scales by alpha / rank (peft's lora_alpha)
+  // all-linear (q/k/v/o_proj, gate/up/down_proj in every layer, as peft's all-linear), or a list of
+  // those names.
+  std::vector<std::string> targets{"all-linear"};
+  double dropout = 0;
+  bool enabled() const { return rank > 0; }
+};
+
 struct ArTrackConfig {
   bool enabled = true;
   double weight = 1.0;
@@ -214,6 +226,7 @@ struct ArTrackConfig {
   ArRolloutConfig rollout;
   ArAlgoConfig algo;
   ArWarmstartConfig warmstart;
+  ArLoraConfig lora;
 };
 
 struct ImageModelConfig {

@@ -187,6 +187,14 @@ void visit(V& v, ArWarmstartConfig& c) {
 }
 
 template <class V>
+void visit(V& v, ArLoraConfig& c) {
+  v.field("rank", c.rank, closed(0, 4096));
+  v.field("alpha", c.alpha, above(0));
+  v.field("targets", c.targets);
+  v.field("dropout", c.dropout, at_least(0));
+}
+
+template <class V>
 void visit(V& v, ArTrackConfig& c) {
   v.field("enabled", c.enabled);
   v.field("weight", c.weight, above(0));
@@ -202,6 +210,7 @@ void visit(V& v, ArTrackConfig& c) {
   v.section("rollout", c.rollout);
   v.section("algo", c.algo);
   v.section("warmstart", c.warmstart);
+  v.section("lora", c.lora);
 }
 
 template <class V>

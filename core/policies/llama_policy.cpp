@@ -10,6 +10,12 @@ namespace tandem {
 LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options)
     : model_(std::move(model)), options_(options) {}
 
+LlamaPolicy::LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options, models::LoraSpec lora,
+                         nlohmann::json adapter_info)
+    : model_(std::move(model)), options_(options), lora_(std::move(lora)), adapter_info_(std::move(adapter_info)) {
+  TORCH_CHECK(models::has_lora(*model_), "LlamaPolicy: the model has no adapters attached");
+}
+
 models::PackedInput to_model_input(const PackedBatch& b) {
   return {b.input_ids, b.position_ids, b.cu_seqlens, b.max_seqlen, b.prefix_of};
 }
@@ -37,6 +43,8 @@ PolicyModel::Output LlamaPolicy::run(const Batch& batch, bool with_entropy, cons
   o.with_entropy = with_entropy;
   if (loss != nullptr) o.token_loss = *loss;
   const torch::Device d = model_->parameters().front().device();
+  std::optional<parallel::LoraOffGuard> off;
+  if (adapters_off_) off.emplace();
   const models::TokenLogProbs r = model_->log_probs(on_device(to_model_input(batch), d), batch.targets.to(d), o);
   return {r.logp, r.entropy, r.loss};
 }
@@ -59,18 +67,47 @@ PolicyModel::Output LlamaPolicy::forward_padded_fused(const PaddedBatch& batch, 
   return run(batch, with_entropy, &loss);
 }
 
-std::vector<torch::Tensor> LlamaPolicy::parameters() { return model_->parameters(); }
+std::vector<torch::Tensor> LlamaPolicy::parameters() {
+  if (lora_) return models::lora_parameters(*model_);
+  if (adapters_off_) return models::base_parameters(*model_);
+  return model_->parameters();
+}
+
+std::vector<torch::Tensor> LlamaPolicy::base_parameters() { return models::base_parameters(*model_); }
 
 std::vector<models::Generation> LlamaPolicy::generate(const std::vector<models::GenerationRequest>& requests,
                                                       const models::SamplingParams& params) {
+  std::optional<parallel::LoraOffGuard> off;
+  if (adapters_off_) off.emplace();
   return models::generate(*model_, requests, params);
 }
 
-void LlamaPolicy::save(const std::string& dir, bool write) { models::save_llama(*model_, dir, write); }
+void LlamaPolicy::save(const std::string& dir, bool write) {
+  if (lora_)
+    models::save_peft_adapter(*model_, *lora_, dir, write, adapter_info_);
+  else
+    models::save_llama(*model_, dir, write);
+}
 
-void LlamaPolicy::load(const std::string& dir) { models::load_hf_state(*model_, models::load_hf_weights(dir), dir); }
+void LlamaPolicy::load(const std::string& dir) {
+  if (lora_)
+    models::load_lora_state(*model_, models::read_peft_weights(dir), dir);
+  else
+    load_base(dir);
+}
+
+void LlamaPolicy::save_base(const std::string& dir, bool write) { models::save_llama(*model_, dir, write); }
+
+void LlamaPolicy::load_base(const std::string& dir) {
+  models::load_hf_state(*model_, models::load_hf_weights(dir), dir);
+}
 
 std::unique_ptr<TextPolicy> LlamaPolicy::frozen_copy() {
+  if (lora_ || adapters_off_) {  // the base: the same tensors, read with the adapters off
+    auto ref = std::make_unique<LlamaPolicy>(model_, options_);
+    ref->adapters_off_ = true;
+    return ref;
+  }
   models::LlamaForCausalLM ref(model_->config(), model_->parallel_context(), std::nullopt);
   const torch::Tensor any = model_->parameters().front();
   ref->to(any.scalar_type());
@@ -110,6 +147,17 @@ models::LlamaConfig llama_config(const ArModelConfig& m) {
   c.rope_scaling.high_freq_factor = r.high_freq_factor;
   c.rope_scaling.original_max_seq_len = r.original_max_seq_len;
   return c;
+}
+
+models::LoraSpec lora_spec(const ArLoraConfig& l) {
+  models::LoraSpec spec;
+  spec.rank = l.rank;
+  spec.alpha = l.alpha;
+  if (l.targets.size() == 1 && l.targets[0] == "all-linear")
+    spec.targets = models::lora_linear_names();
+  else
+    spec.targets = l.targets;
+  return spec;
 }
 
 }  // namespace tandem

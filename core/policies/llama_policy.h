@@ -4,11 +4,13 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config/config.h"
 #include "core/policies/text_policy.h"
+#include "models/llama/lora.h"
 #include "models/llama/model.h"
 
 namespace tandem {
@@ -16,6 +18,10 @@ namespace tandem {
 class LlamaPolicy final : public TextPolicy {
  public:
   explicit LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options = {});
+  // A model with adapters attached (models/llama/lora.h) by `lora`; adapter_info: extra keys of
+  // the saved adapter_config.json (base_model_name_or_path).
+  LlamaPolicy(models::LlamaForCausalLM model, models::LogProbOptions options, models::LoraSpec lora,
+              nlohmann::json adapter_info);
 
   Output forward_packed(const PackedBatch& batch, bool with_entropy) override;  // (N)
   Output forward_padded(const PaddedBatch& batch, bool with_entropy) override;  // (B, T)
@@ -31,6 +37,10 @@ class LlamaPolicy final : public TextPolicy {
   void load(const std::string& dir) override;
   std::unique_ptr<TextPolicy> frozen_copy() override;
   int64_t max_seq_len() const override { return model_->config().max_seq_len; }
+  bool has_adapters() const override { return lora_.has_value(); }
+  std::vector<torch::Tensor> base_parameters() override;
+  void save_base(const std::string& dir, bool write) override;
+  void load_base(const std::string& dir) override;
 
   models::LlamaForCausalLM& model() { return model_; }
 
@@ -39,6 +49,9 @@ class LlamaPolicy final : public TextPolicy {
   Output run(const Batch& batch, bool with_entropy, const parallel::TokenLossFn* loss);
   models::LlamaForCausalLM model_;
   models::LogProbOptions options_;
+  std::optional<models::LoraSpec> lora_;  // the policy trains these adapters
+  nlohmann::json adapter_info_;
+  bool adapters_off_ = false;  // the KL reference of a LoRA policy: the same model, adapters off
 };
 
 models::PackedInput to_model_input(const PackedBatch& batch);
@@ -46,5 +59,10 @@ models::PaddedInput to_model_input(const PaddedBatch& batch);
 
 // The recipe's tracks.ar.model block as the model's config (hf_dir is the loader's business).
 models::LlamaConfig llama_config(const ArModelConfig& model);
+
+// tracks.ar.lora as the adapters' spec (all-linear resolved to the module names).
+models::LoraSpec lora_spec(const ArLoraConfig& lora);
+// The adapters' init seed is run.seed + this.
+inline constexpr uint64_t kLoraSeedOffset = 0x4c6f5241;  // "LoRA"
 
 }  // namespace tandem

@@ -46,7 +46,12 @@ BuiltTextPolicy build_llama(const Config& c, const parallel::ParallelContext& ct
                                                                            : models::AttentionKernel::kAuto,
                        c.train.recompute == Recompute::kLayers);
   model->to(device);
-  return {std::make_unique<LlamaPolicy>(model), models::UnifiedModel{nullptr}};
+  if (!c.tracks.ar.lora.enabled()) return {std::make_unique<LlamaPolicy>(model), models::UnifiedModel{nullptr}};
+  const models::LoraSpec spec = lora_spec(c.tracks.ar.lora);
+  // Adapters draw from their own stream (not the weights' init), so with or without hf_dir they are the same.
+  models::attach_lora(*model, spec, static_cast<uint64_t>(c.run.seed) + kLoraSeedOffset);
+  nlohmann::json info{{"base_model_name_or_path", m.hf_dir ? nlohmann::json(*m.hf_dir) : nlohmann::json(nullptr)}};
+  return {std::make_unique<LlamaPolicy>(model, models::LogProbOptions{}, spec, info), models::UnifiedModel{nullptr}};
 }
 
 BuiltTextPolicy load_llama(const std::string& dir, torch::Dtype dtype) {

@@ -23,6 +23,14 @@ class TextPolicy : public PolicyModel {
   // A frozen copy of the current weights (the KL reference).
   virtual std::unique_ptr<TextPolicy> frozen_copy() = 0;
   virtual int64_t max_seq_len() const = 0;
+
+  // LoRA (tracks.ar.lora): adapters trained on a frozen base. parameters() then names the adapters
+  // only, save / load use the adapter directory (peft's), frozen_copy is the base with the
+  // adapters off (no copy), and these reach the base itself.
+  virtual bool has_adapters() const { return false; }
+  virtual std::vector<torch::Tensor> base_parameters() { return parameters(); }
+  virtual void save_base(const std::string& dir, bool write) { save(dir, write); }
+  virtual void load_base(const std::string& dir) { load(dir); }
 };
 
 }  // namespace tandem

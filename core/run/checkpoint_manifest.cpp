@@ -41,17 +41,17 @@ uint64_t lane_round(uint64_t acc, uint64_t input) { return rotl(acc + input * kP
 
 uint64_t merge_lane(uint64_t h, uint64_t acc) { return (h ^ lane_round(0, acc)) * kP1 + kP4; }
 
-std::string hex64(uint64_t x) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
-  return buf;
-}
-
 Integrity damaged(const std::string& file, const std::string& what) {
   return {Integrity::Status::kDamaged, file + ": " + what};
 }
 
 }  // namespace
+
+std::string hex64(uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
 
 Xxh64::Xxh64() : acc_{kP1 + kP2, kP2, 0, 0 - kP1}, buf_{} {}
 

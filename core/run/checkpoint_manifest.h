@@ -28,6 +28,8 @@ class Xxh64 {
 };
 
 uint64_t xxh64(const void* data, size_t len);
+// 16 lower-case hex digits.
+std::string hex64(uint64_t x);
 
 // XXH64 of a file's bytes, streamed. Throws std::runtime_error when it cannot be read.
 uint64_t file_xxh64(const std::string& path);

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/regular_file.h"
 #include "core/tracks/ar_track.h"
+#include "core/tracks/lora_checkpoint.h"
 
 namespace tandem {
 
@@ -83,8 +84,19 @@ void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
   std::filesystem::rename(path + ".tmp", path);
 }
 
+const nlohmann::json& ArTrack::base_identity() {
+  if (base_identity_.is_null()) base_identity_ = tandem::base_identity(config_.tracks.ar);
+  return base_identity_;
+}
+
 void ArTrack::save(const std::string& dir) {
   const bool writer = comms_.world->rank() == 0;
+  if (policy_->has_adapters()) {  // the adapters, the base's identity, and the base only where no file holds it
+    policy_->save(dir + "/" + kAdapterDir, writer);
+    if (!config_.tracks.ar.model.hf_dir) policy_->save_base(dir + "/" + kBaseDir, writer);
+    if (writer) std::ofstream(dir + "/" + kAdapterDir + "/" + kBaseIdentityFile) << base_identity().dump(2) << "\n";
+    return;
+  }
   policy_->save(dir + "/ar_model", writer);
   if (reference_) reference_->save(dir + "/ar_reference", writer);
   if (!writer || !unified_.is_empty()) return;
@@ -100,6 +112,20 @@ void ArTrack::save(const std::string& dir) {
 }
 
 void ArTrack::load(const std::string& dir) {
+  if (policy_->has_adapters()) {
+    const std::string adapter = dir + "/" + kAdapterDir;
+    if (!std::filesystem::exists(adapter))
+      throw UserError(dir + ": holds no ar_adapter/ (a checkpoint of full fine-tuning?) but tracks.ar.lora.rank is " +
+                      std::to_string(config_.tracks.ar.lora.rank) + "; resume it without LoRA or start a new run");
+    check_base_identity(read_base_identity(dir), base_identity(), "--resume " + dir);
+    if (!config_.tracks.ar.model.hf_dir) policy_->load_base(dir + "/" + kBaseDir);
+    policy_->load(adapter);
+    return;
+  }
+  if (!std::filesystem::exists(dir + "/ar_model") && std::filesystem::exists(dir + "/ar_adapter"))
+    throw UserError(dir +
+                    ": holds LoRA adapters (ar_adapter/) but tracks.ar.lora.rank is 0; resume with the "
+                    "checkpoint's tracks.ar.lora, or export it (tandem ckpt export-hf --merge) and start from that");
   policy_->load(dir + "/ar_model");
   if (!reference_) return;
   if (std::filesystem::exists(dir + "/ar_reference")) {

@@ -27,11 +27,18 @@
 #include "models/llama/weights.h"
 #include "models/safetensors.h"
 #include "models/unified/weights.h"
+#include "runtime/host_memory.h"
 #include "runtime/timing.h"
 
 namespace tandem {
 
 namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
 
 std::unique_ptr<models::Tokenizer> make_tokenizer(const TokenizerConfig& t) {
   if (t.kind == TokenizerKind::kChar) return models::make_char_tokenizer(t.alphabet);
@@ -61,9 +68,19 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   unified_ = built.unified;
   int64_t n_params = 0;
   for (const auto& p : policy_->parameters()) n_params += p.numel();
-  spdlog::info("ar policy: {} ({} parameters on this rank) {} in {:.2f} s",
+  spdlog::info("ar policy: {} ({} parameters on this rank) {} in {:.2f} s (peak RSS so far {:.2f} GiB)",
                ar.model.hf_dir ? *ar.model.hf_dir : "random init", n_params, ar.model.hf_dir ? "loaded" : "built",
-               seconds_since(load_start));
+               seconds_since(load_start), static_cast<double>(peak_rss_bytes()) / (1 << 30));
+  if (policy_->has_adapters()) {
+    int64_t base = 0;
+    for (const auto& p : policy_->base_parameters()) base += p.numel();
+    spdlog::info(
+        "ar lora: rank {}, alpha {} (scale {:.4g}), targets {}: {} adapter parameters trained on this rank ({:.2f}% "
+        "of the frozen base's {}, kept in {}); the sampler uses base + adapters unmerged{}",
+        ar.lora.rank, ar.lora.alpha, ar.lora.alpha / static_cast<double>(ar.lora.rank), join_names(ar.lora.targets),
+        n_params, 100.0 * static_cast<double>(n_params) / static_cast<double>(base), base, c10::toString(dtype),
+        ar.algo.kl.coef > 0 ? "; the KL reference is the base (adapters off)" : "");
+  }
   if (ar.share_prompt == SharePrompt::kAuto && !rollout_only)
     spdlog::info("ar share_prompt auto: {}",
                  !unified_.is_empty() ? "not applied (the unified model's sampler has no KV cache to fork, and it runs "
@@ -319,7 +336,14 @@ void ArTrack::publish_start(int64_t start_step) {
   policy_version_ = start_step;
   nlohmann::json j{{"start_step", start_step}, {"data_cursor", prompts_->cursor()}};
   bridge_string(*comms_.bridge, j.dump());
+  const std::vector<torch::Tensor> base = start_only_parameters();
+  if (!base.empty()) bridge_weights(*comms_.bridge, base, start_step, /*apply=*/false);
   publish_weights(start_step);
+}
+
+std::vector<torch::Tensor> ArTrack::start_only_parameters() {
+  if (!policy_->has_adapters() || config_.tracks.ar.model.hf_dir) return {};
+  return policy_->base_parameters();
 }
 
 void ArTrack::publish_weights(int64_t version) {

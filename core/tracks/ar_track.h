@@ -66,6 +66,9 @@ class ArTrack final : public Track {
   void publish_start(int64_t start_step) override;
   void publish_weights(int64_t version) override;
   double publish_seconds() const { return publish_s_; }  // this step's weight transfers
+  // What the rollout ranks receive once, at the start, besides parameters(): a LoRA policy's base
+  // when no file holds it (a random init, warm-started); else nothing.
+  std::vector<torch::Tensor> start_only_parameters();
   // The version stamped on samples this rank generates (rollout ranks set it on each receipt).
   void set_policy_version(int64_t version) { policy_version_ = version; }
 
@@ -94,6 +97,7 @@ class ArTrack final : public Track {
                                                          const RolloutDirectory& directory,
                                                          const std::vector<ArSample>& mine, double* entropy);
   void reduce_entropy(const double entropy[2], MetricMap& metrics) const;
+  const nlohmann::json& base_identity();  // base_identity_, computed on first use (it reads the weights)
 
   Config config_;
   TrainerComms comms_;
@@ -104,6 +108,7 @@ class ArTrack final : public Track {
   std::unique_ptr<ArEvaluator> evaluator_;  // the recipe's eval section, when on
   std::vector<ArSample> shown_;             // the last step's first groups on this rank, for sample_records
   std::optional<ModelDir> source_;          // tracks.ar.model.hf_dir (a Llama / Qwen2), for complete checkpoints
+  nlohmann::json base_identity_;            // LoRA: the frozen base (hf_dir and its weights' hash, or the run's own)
   std::unique_ptr<TextPolicy> policy_;
   std::unique_ptr<TextPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one

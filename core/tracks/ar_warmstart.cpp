@@ -3,9 +3,12 @@
 // without it. Departure from pure RL post-training, recipe-visible: tracks.ar.warmstart.
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 #include "core/tasks/task_factory.h"
 #include "core/tracks/ar_track.h"
 #include "parallel/gradient_reduction.h"
+#include "parallel/tp_layers.h"
 
 namespace tandem {
 
@@ -18,12 +21,24 @@ double ArTrack::warmstart() {
 double ArTrack::warmstart_step(int64_t step) {
   const ArTrackConfig& ar = config_.tracks.ar;
   const ArWarmstartConfig& w = ar.warmstart;
+  // With LoRA the warm-start trains the base itself, adapters off: it stands in for the pretrained
+  // model a LoRA run starts from (the base is frozen again for RL).
+  const bool base = policy_->has_adapters();
+  const std::vector<torch::Tensor> params = base ? policy_->base_parameters() : policy_->parameters();
+  std::optional<parallel::LoraOffGuard> adapters_off;
+  if (base) adapters_off.emplace();
   if (step == 0) {
+    if (base) {
+      for (auto p : params) p.set_requires_grad(true);
+      spdlog::info(
+          "warmstart: tracks.ar.lora is on: the warm-start trains the base (adapters off), which RL then "
+          "keeps frozen");
+    }
     warm_source_ = tasks::make_ar_prompts(ar.data, config_.run.seed + 1);
     // No weight decay on the unified model: its image-only weights get no text gradient and would
     // only shrink (the Llama keeps AdamW's default decay, which its quickstart figures ran with).
     warm_opt_ = std::make_unique<torch::optim::AdamW>(
-        policy_->parameters(), torch::optim::AdamWOptions(w.lr).weight_decay(unified_.is_empty() ? 0.01 : 0.0));
+        params, torch::optim::AdamWOptions(w.lr).weight_decay(unified_.is_empty() ? 0.01 : 0.0));
   }
   const auto shard = tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
   std::vector<ArSample> samples;
@@ -48,8 +63,8 @@ double ArTrack::warmstart_step(int64_t step) {
   const torch::Tensor mask = b.loss_mask.to(out.logp.device());
   const torch::Tensor loss = -(out.logp * mask).sum() / n_tok.item<double>();
   loss.backward();
-  parallel::all_reduce_gradients(policy_->parameters(), *comms_.grad);
-  torch::nn::utils::clip_grad_norm_(policy_->parameters(), 1.0);
+  parallel::all_reduce_gradients(params, *comms_.grad);
+  torch::nn::utils::clip_grad_norm_(params, 1.0);
   warm_opt_->step();
   warm_opt_->zero_grad();
   torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);
@@ -57,7 +72,11 @@ double ArTrack::warmstart_step(int64_t step) {
   const double loss_value = l.item<double>();
   if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
     spdlog::info("warmstart {}/{} | answer-token NLL {:.4f}", step + 1, w.steps, loss_value);
-  if (step + 1 == w.steps) warm_opt_.reset(), warm_source_.reset();
+  if (step + 1 == w.steps) {
+    warm_opt_.reset(), warm_source_.reset();
+    if (base)
+      for (auto p : params) p.mutable_grad() = torch::Tensor(), p.set_requires_grad(false);
+  }
   return loss_value;
 }
 

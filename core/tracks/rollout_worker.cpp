@@ -34,6 +34,8 @@ void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t l
   const int64_t start_step = start.at("start_step").get<int64_t>();
   track.restore({{"data_cursor", start.at("data_cursor")}});
   int64_t version = 0;
+  const std::vector<torch::Tensor> base = track.start_only_parameters();  // a LoRA base no file holds
+  if (!base.empty()) bridge_weights(*comms.bridge, base, version, /*apply=*/true);
   bridge_weights(*comms.bridge, track.parameters(), version, /*apply=*/true);
   track.set_policy_version(version);
   const StalenessProtocol protocol{start_step, config.run.steps, config.tracks.ar.rollout.max_staleness};

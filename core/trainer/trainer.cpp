@@ -66,6 +66,7 @@ std::string incompatible_change(const Config& saved, const Config& current) {
     only.tracks.ar.model = c.tracks.ar.model;
     only.tracks.ar.model.hf_dir.reset();  // where the initial weights came from does not matter
     only.tracks.ar.tokenizer = c.tracks.ar.tokenizer;
+    only.tracks.ar.lora = c.tracks.ar.lora;  // the adapters' shapes (the base is checked by its identity)
     only.tracks.image.enabled = c.tracks.image.enabled;
     only.tracks.image.model = c.tracks.image.model;
     return to_yaml(only);
@@ -77,10 +78,10 @@ std::string incompatible_change(const Config& saved, const Config& current) {
   while (std::getline(sa, la) && std::getline(sb, lb)) {
     if (!la.empty() && la[0] != ' ') section = la;
     if (la != lb)
-      return "the checkpoint's recipe differs in model or tokenizer (" + section + " ... '" + la + "' vs now '" + lb +
-             "')";
+      return "the checkpoint's recipe differs in model, tokenizer or LoRA (" + section + " ... '" + la + "' vs now '" +
+             lb + "')";
   }
-  return "the checkpoint's recipe differs in model or tokenizer";
+  return "the checkpoint's recipe differs in model, tokenizer or LoRA";
 }
 
 struct Trainer::Impl {

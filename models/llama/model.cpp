@@ -23,6 +23,7 @@ struct ReplayLayout {
 struct LayerReplay : torch::CustomClassHolder {
   std::shared_ptr<const ReplayLayout> run;
   LlamaDecoderLayerImpl* layer = nullptr;  // owned by the model, which outlives its backward
+  bool lora = true;  // the forward's parallel::lora_active(): the backward may run on another thread
 };
 
 // A decoder layer whose activations are not kept: the forward runs without a graph (custom
@@ -49,6 +50,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     torch::Tensor out;
     {
       torch::AutoGradMode grad(true);
+      parallel::LoraModeGuard lora(replay->lora);
       out = replay->layer->forward(x, replay->run->layout);  // (N, hidden), the same arithmetic as the forward
     }
     torch::autograd::variable_list g =
@@ -94,6 +96,7 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const AttentionL
       auto replay = c10::make_intrusive<LayerReplay>();
       replay->run = run;
       replay->layer = layer;
+      replay->lora = parallel::lora_active();
       std::vector<torch::Tensor> params;
       for (const auto& p : layer->parameters())
         if (p.requires_grad()) params.push_back(p);

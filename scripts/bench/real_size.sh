@@ -9,7 +9,10 @@
 # Env: TANDEM_REAL_MODEL (default build/_deps/qwen2_0p5b_random, written once, ~1 GB),
 #      DTYPES (default "float32 bfloat16"), STEPS (default 2), DEVICE (cpu) and BACKEND (mpi):
 #      cuda and nccl on a GPU (scripts/gpu/check.sh; peak GPU memory is printed too), TANDEM (the
-#      binary, default build/tandem), TANDEM_TOKENIZER (default build/_deps/tokenizers/qwen2_5).
+#      binary, default build/tandem), TANDEM_TOKENIZER (default build/_deps/tokenizers/qwen2_5),
+#      LORA (default 0: full fine-tuning): LoRA ranks to run per dtype, e.g. "0 32" for full fine-tuning
+#      and rank 32 (alpha 64, all-linear) side by side; each line also gives the AdamW state file's size.
+#      RECOMPUTE (default none): train.recompute for every run (layers: activation recompute).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
@@ -26,20 +29,28 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 steps=${STEPS:-2}
 echo "real_size: $model, $np rank(s), $(nproc) CPUs, device $device, $steps steps per dtype"
 for dtype in ${DTYPES:-float32 bfloat16}; do
-  log=$out/$dtype.log
+for lora in ${LORA:-0}; do
+  name=$dtype; lora_args=()
+  if [ "$lora" -gt 0 ]; then
+    name=${dtype}_lora$lora; lora_args=(--set tracks.ar.lora.rank="$lora" --set tracks.ar.lora.alpha=$((2 * lora)))
+  fi
+  log=$out/$name.log
   start=$(date +%s)
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
     --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
-    --set run.device="$device" --set parallel.backend="$backend" --set run.out_dir="$out" --set run.name="$dtype" \
+    --set run.device="$device" --set parallel.backend="$backend" --set run.out_dir="$out" --set run.name="$name" \
     --set run.dtype="$dtype" --set run.steps="$steps" --set optim.warmup_steps=0 \
     --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
     --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
-    --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 >"$log" 2>&1 \
-    || { echo "real_size: $dtype run failed:"; tail -20 "$log"; exit 1; }
+    --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 --set train.recompute="${RECOMPUTE:-none}" \
+    "${lora_args[@]}" >"$log" 2>&1 \
+    || { echo "real_size: $name run failed:"; tail -20 "$log"; exit 1; }
   wall=$(( $(date +%s) - start ))
-  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$dtype/metrics.jsonl" "$wall" <<'EOF'
-import json, re, sys
+  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$name/metrics.jsonl" "$wall" "$lora" "$out/$name" "${RECOMPUTE:-none}" <<'EOF'
+import glob, json, os, re, sys
 dtype, log, metrics, wall = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
+lora, run_dir = int(sys.argv[5]), sys.argv[6]
+opt = sorted(glob.glob(run_dir + "/checkpoints/step_*/optimizer_tp0.pt"))
 rows = [json.loads(l) for l in open(metrics)]
 load = re.search(r"ar policy: .* loaded in ([0-9.]+) s", log)
 gemm = re.search(r"GEMM ([0-9]+) GFLOP/s", log)
@@ -50,7 +61,7 @@ def mean(key):
     vals = [r[key] for r in rows if key in r]
     return sum(vals) / len(vals) if vals else float("nan")
 print(json.dumps({
-    "dtype": dtype, "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
+    "dtype": dtype, "lora_rank": lora, "recompute": sys.argv[7], "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
     "gemm_gflops": int(gemm.group(1)) if gemm else None,
     "load_s": float(load.group(1)) if load else None,
     "rollout_tokens_per_s": round(mean("ar/perf/rollout_tokens_per_s"), 1),
@@ -59,7 +70,9 @@ print(json.dumps({
     "generate_s": round(mean("ar/time/generate_s"), 1), "train_s": round(mean("ar/time/train_s"), 1),
     "peak_rss_gib_per_rank": [float(x) for x in rss.group(1).split()] if rss else None,
     "peak_gpu_gib_per_rank": [float(x) for x in gpu.group(1).split()] if gpu else None,
+    "optimizer_state_mb": round(os.path.getsize(opt[-1]) / 1e6, 1) if opt else None,
     "wall_s": wall,
 }))
 EOF
+done
 done

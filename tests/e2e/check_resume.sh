@@ -48,6 +48,6 @@ run --set run.name=straight >"$out/again.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "already holds checkpoints" "$out/again.log" || { echo "FAIL: rerun without --resume: exit $rc"; fail=1; }
 # An incompatible recipe is refused on resume.
 run --set run.name=straight --set tracks.ar.model.hidden_size=48 --resume auto >"$out/incompat.log" 2>&1; rc=$?
-[ $rc -eq 2 ] && grep -q "differs in model or tokenizer" "$out/incompat.log" || { echo "FAIL: incompatible resume: exit $rc"; fail=1; }
+[ $rc -eq 2 ] && grep -q "differs in model, tokenizer or LoRA" "$out/incompat.log" || { echo "FAIL: incompatible resume: exit $rc"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: resume exact after SIGKILL, a torn checkpoint write and a damaged checkpoint"
 exit $fail

@@ -1,0 +1,78 @@
+// The identity check and the tp-1 load of a LoRA checkpoint.
+#include "core/tracks/lora_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/error.h"
+#include "common/regular_file.h"
+#include "core/run/checkpoint_manifest.h"
+#include "models/llama/weights.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+
+nlohmann::json hf_dir_identity(const std::string& hf_dir) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(hf_dir))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  std::string digests;
+  for (const auto& f : files) digests += f + ":" + hex64(file_xxh64(hf_dir + "/" + f)) + ";";
+  return {{"source", "hf_dir"}, {"path", hf_dir}, {"weights_xxh64", hex64(xxh64(digests.data(), digests.size()))}};
+}
+
+nlohmann::json base_identity(const ArTrackConfig& ar) {
+  return ar.model.hf_dir ? hf_dir_identity(*ar.model.hf_dir) : nlohmann::json{{"source", kBaseDir}};
+}
+
+void check_base_identity(const nlohmann::json& saved, const nlohmann::json& now, const std::string& what) {
+  if (saved.value("source", "") == now.value("source", "") &&
+      saved.value("weights_xxh64", "") == now.value("weights_xxh64", ""))
+    return;
+  throw UserError(what + ": its adapters were trained on the base " + saved.dump() + ", but the base now is " +
+                  now.dump() +
+                  " (tracks.ar.model.hf_dir); adapters only fit the base they were trained on: use that base, or "
+                  "start a new run");
+}
+
+nlohmann::json read_base_identity(const std::string& checkpoint) {
+  const std::string file = checkpoint + "/" + kAdapterDir + "/" + kBaseIdentityFile;
+  require_regular_file(file, "the LoRA base identity ");
+  std::ifstream in(file);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j["source"].is_string())
+    throw UserError(file + ": damaged (not the JSON object a checkpoint writes); use another checkpoint");
+  return j;
+}
+
+std::unique_ptr<LlamaPolicy> load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
+                                                  std::string* base_dir) {
+  const ArTrackConfig& ar = config.tracks.ar;
+  if (!ar.lora.enabled() || ar.model.arch != ArArch::kLlama)
+    throw UserError(dir + ": its recipe has no tracks.ar.lora on a llama model; it holds no adapters");
+  const nlohmann::json saved = read_base_identity(dir);
+  std::string base = dir + "/" + kBaseDir;
+  if (saved["source"] == "hf_dir") {
+    if (!ar.model.hf_dir) throw UserError(dir + "/recipe.yaml: names no tracks.ar.model.hf_dir for the LoRA base");
+    base = *ar.model.hf_dir;
+    if (!fs::is_directory(base))
+      throw UserError(dir + ": its LoRA base " + base + " is gone; put the base model back at that path");
+    check_base_identity(saved, hf_dir_identity(base), dir);
+  } else if (!fs::is_directory(base)) {
+    throw UserError(dir + ": no " + kBaseDir + "/ (the LoRA base this checkpoint holds); the checkpoint is damaged");
+  }
+  models::LlamaForCausalLM model = models::load_llama(base, {}, dtype);
+  const models::LoraSpec spec = lora_spec(ar.lora);
+  models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
+  const std::string adapter = dir + "/" + kAdapterDir;
+  models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
+  if (base_dir) *base_dir = base;
+  nlohmann::json info{{"base_model_name_or_path", ar.model.hf_dir ? nlohmann::json(*ar.model.hf_dir) : nullptr}};
+  return std::make_unique<LlamaPolicy>(model, models::LogProbOptions{}, spec, info);
+}
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// A LoRA run's checkpoint (tracks.ar.lora): ar_adapter/ is a peft adapter directory plus
+// base_model.json, the frozen base's identity; ar_base/ holds the base itself only when no file
+// does (a random init, warm-started). Read back here for resume, `generate` and `ckpt export-hf`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/config/config.h"
+#include "core/policies/llama_policy.h"
+
+namespace tandem {
+
+inline constexpr const char* kAdapterDir = "ar_adapter";
+inline constexpr const char* kBaseDir = "ar_base";
+inline constexpr const char* kBaseIdentityFile = "base_model.json";
+
+// A base model directory's identity: its path and the hash of every weight file's bytes (not
+// only the headers: fine-tunes of one model have identical headers).
+nlohmann::json hf_dir_identity(const std::string& hf_dir);
+// The identity of the base a run with `ar` trains adapters on (reads hf_dir's weights).
+nlohmann::json base_identity(const ArTrackConfig& ar);
+// Throws UserError (what names the checkpoint) unless `saved` and `now` name the same weights.
+void check_base_identity(const nlohmann::json& saved, const nlohmann::json& now, const std::string& what);
+// checkpoint/ar_adapter/base_model.json, checked to be a JSON object.
+nlohmann::json read_base_identity(const std::string& checkpoint);
+
+// Checkpoint `dir`'s policy on one process (tp 1) in `dtype`: its base (ar_base/, or the recipe's
+// hf_dir after its identity is checked) with its adapters attached and loaded. base_dir: where the
+// base came from.
+std::unique_ptr<LlamaPolicy> load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
+                                                  std::string* base_dir = nullptr);
+
+}  // namespace tandem
