@@ -26,7 +26,7 @@ quick() {  # NAME [more args]
   timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
     --config "$root/configs/quickstart_lora.yaml" --set run.out_dir="$out/quick" --set run.name="$name" \
     --set run.steps=4 --set run.save_every=2 --set run.threads=1 --set eval.every=0 --set eval.at_start=false \
-    --set tracks.ar.warmstart.steps=10 --set tracks.ar.algo.kl.coef=0.05 "$@" >"$out/$name.log" 2>&1
+    --set tracks.ar.warmstart.steps=10 --set tracks.ar.algo.kl.coef=0.05 --set tracks.ar.lora.rank=8 "$@" >"$out/$name.log" 2>&1
 }
 for variant in "tp2 --set parallel.tp=2" "rollout_ranks --set parallel.rollout_ranks=1" \
                "overlap --set train.overlap=true"; do
@@ -46,7 +46,7 @@ from safetensors.torch import load_file
 w = load_file(sys.argv[1])
 a, b = w["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"], w["base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"]
 o = w["base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight"]
-if a.shape != (16, 128) or b.shape != (128, 16) or o.shape != (16, 128) or len(w) != 42:
+if a.shape != (8, 128) or b.shape != (128, 8) or o.shape != (8, 128) or len(w) != 42:
     print("FAIL tp 2 adapter shapes:", a.shape, b.shape, o.shape, len(w))
     sys.exit(1)
 PY

@@ -1,7 +1,8 @@
-// LoRA under tensor parallelism on real ranks (models/llama/lora.h): column-parallel layers split
-// B with W's rows and replicate A, row-parallel ones split A with W's columns and replicate B. The
-// logits, the adapters' gradients (each rank's slice) and the gathered peft state equal the one-rank
-// model's (float64, 1e-10 of each reference's largest magnitude).
+// LoRA under tensor and context parallelism on real ranks (models/llama/lora.h): column-parallel
+// layers split B with W's rows and replicate A, row-parallel ones split A with W's columns and
+// replicate B; cp ranks hold partial gradients, summed over cp as over dp. The logits, the adapters'
+// gradients (each tp rank's slice) and the gathered peft state equal the one-rank model's (float64,
+// 1e-10 of each reference's largest magnitude).
 #include <catch2/catch.hpp>
 
 #include "llama_test_util.h"
@@ -38,7 +39,7 @@ torch::Tensor loss_of(models::LlamaForCausalLM& m, const test::RaggedBatch& b, b
 
 }  // namespace
 
-TEST_CASE("LoRA under tp: logits, adapter gradients and the gathered state equal one rank (float64 1e-10)",
+TEST_CASE("LoRA under tp and cp: logits, adapter gradients and the gathered state equal one rank (float64 1e-10)",
           "[mpi][lora]") {
   const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
   // The one-rank model with a random B (peft's zero B would hide B's sharding).
@@ -60,10 +61,10 @@ TEST_CASE("LoRA under tp: logits, adapter gradients and the gathered state equal
       torch::NoGradGuard no_grad;
       ref_logits = packed ? single->logits(b.packed) : single->logits(b.padded);
     }
-    for (const int64_t tp : {2, 4}) {
-      if (test::world_size() % tp != 0) continue;
-      INFO("tp " << tp << " packed " << packed << " world " << test::world_size());
-      test::Groups g({tp, 1});
+    for (const test::Layout l : std::vector<test::Layout>{{2, 1}, {4, 1}, {1, 2}, {2, 2}}) {
+      if (test::world_size() % (l.tp * l.cp) != 0 || (!packed && l.cp > 1)) continue;  // cp splits packed micros
+      INFO("tp " << l.tp << " cp " << l.cp << " packed " << packed << " world " << test::world_size());
+      test::Groups g(l);
       models::LlamaForCausalLM m = make(g.ctx, &state);
       loss_of(m, b, packed).backward();
       int64_t checked = 0;
@@ -80,12 +81,14 @@ TEST_CASE("LoRA under tp: logits, adapter gradients and the gathered state equal
           if (s.name == stem + "weight") spec = s;
         REQUIRE(!spec.name.empty());
         const torch::Tensor full = ref[p.key()].grad();
+        torch::Tensor grad = p.value().grad().contiguous();
+        if (g.ctx.cp_enabled()) g.cp->all_reduce(grad);  // each cp rank's gradient is partial, as over dp
         // B is split on dim 0 as a column-parallel W; A on dim 1 as a row-parallel W; else replicated.
         const bool split = (is_b && spec.split_dim == 0) || (is_a && spec.split_dim == 1);
         const torch::Tensor want = split ? models::tp_slice(full, spec, g.ctx.tp_rank, g.ctx.tp_size) : full;
         INFO(p.key());
-        REQUIRE(p.value().grad().sizes() == want.sizes());
-        CHECK(test::rel_to_max(p.value().grad(), want) < 1e-10);
+        REQUIRE(grad.sizes() == want.sizes());
+        CHECK(test::rel_to_max(grad, want) < 1e-10);
         ++checked;
       }
       CHECK(checked == 28);
