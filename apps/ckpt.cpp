@@ -143,13 +143,17 @@ int export_lora(const std::string& dir, const std::string& out, const std::strin
   fs::create_directories(tmp);
   const fs::path adapter = fs::path(dir) / kAdapterDir;
   std::string base;
+  if (!merge && !dtype_name.empty())
+    throw UserError("--dtype " + dtype_name +
+                    ": an adapter export is peft's float32 directory as it is; --dtype "
+                    "applies to --merge");
   if (!merge) {
     for (const char* f : {"adapter_config.json", "adapter_model.safetensors"}) fs::copy_file(adapter / f, tmp / f);
     const nlohmann::json id = read_base_identity(dir);
     base = id["source"] == "hf_dir" ? id.value("path", std::string()) : dir + "/" + kBaseDir;
     models::read_safetensors_header((tmp / "adapter_model.safetensors").string());
   } else {
-    // Merged in float64 arithmetic on float32 weights, rounded once to the dtype asked for.
+    // W + scale B A computed in float64 from the float32 weights, rounded to float32, then to --dtype.
     std::unique_ptr<LlamaPolicy> policy = load_lora_checkpoint(dir, config, torch::kFloat32, &base);
     models::merge_lora(*policy->model());
     const torch::Dtype dtype = export_dtype(dtype_name, config);

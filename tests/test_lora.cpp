@@ -273,6 +273,13 @@ TEST_CASE("the recipe's tracks.ar.lora: all-linear resolves to the seven modules
                     Catch::Contains("tracks.ar.lora.targets"));
   CHECK_THROWS_WITH(load("      rank: -1\n"), Catch::Contains("tracks.ar.lora.rank"));
   CHECK_NOTHROW(load("      rank: 0\n      dropout: 0.5\n"));  // off: nothing to check
+  // A warm-start trains a LoRA run's base: not in bf16, where the base has no float32 master.
+  CHECK_THROWS_WITH(load_config_from_string("run: {dtype: bfloat16}\ntracks:\n  ar:\n    warmstart: {steps: 5}\n"
+                                            "    lora: {rank: 8}\n",
+                                            "test", {}),
+                    Catch::Contains("tracks.ar.warmstart.steps"));
+  CHECK_NOTHROW(
+      load_config_from_string("tracks:\n  ar:\n    warmstart: {steps: 5}\n    lora: {rank: 8}\n", "test", {}));
 }
 
 // peft as the oracle: tests/e2e/check_lora.sh trains adapters on a transformers directory, and

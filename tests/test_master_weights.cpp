@@ -150,25 +150,3 @@ TEST_CASE("bf16 with master weights moves as float32 training at lr 1e-6; pure b
   // Control: without master weights the same updates mostly round away, so the checks above can fail.
   CHECK(share_pure < 0.5 * share_f32);
 }
-
-TEST_CASE("a float32 parameter (LoRA's adapters) is its own master: nothing copied, its gradient untouched",
-          "[master_weights]") {
-  torch::Tensor bf = torch::tensor({0.5f, 1.5f}).to(torch::kBFloat16).set_requires_grad(true);
-  torch::Tensor f32 = torch::tensor({0.25f, -1.0f}).set_requires_grad(true);
-  MasterWeights mw({bf, f32});
-  CHECK(mw.master()[1].is_same(f32));
-  CHECK_FALSE(mw.master()[0].is_same(bf));
-  (bf.to(torch::kFloat32).sum() + (f32 * 3).sum()).backward();
-  mw.accumulate_grads();
-  CHECK(torch::equal(f32.grad(), torch::full({2}, 3.0f)));  // still there: the optimizer reads it
-  CHECK(torch::equal(mw.master()[0].grad(), torch::ones({2})));
-  CHECK_FALSE(bf.grad().defined());
-  {
-    torch::NoGradGuard no_grad;
-    mw.master()[1].add_(1.0);
-  }
-  mw.copy_to_model();
-  CHECK(torch::equal(f32.detach(), torch::tensor({1.25f, 0.0f})));
-  mw.with_master_in_model([&] { CHECK(f32.scalar_type() == torch::kFloat32); });
-  CHECK(mw.master()[1].is_same(f32));
-}

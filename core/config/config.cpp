@@ -213,6 +213,14 @@ void validate_lora(const Config& c) {
                 "up_proj, down_proj");
     require(seen.insert(t).second, "tracks.ar.lora.targets", "'" + t + "' is listed twice");
   }
+  // With LoRA the warm-start trains the base itself (a stand-in for pretraining a random init).
+  require(c.tracks.ar.warmstart.steps == 0 || !c.tracks.ar.model.hf_dir, "tracks.ar.warmstart.steps",
+          "with tracks.ar.lora the warm-start trains the base, but this base is tracks.ar.model.hf_dir's weights, "
+          "which the adapters' checkpoints, rollout ranks and exports take as they are on disk; set "
+          "warmstart.steps: 0, or warm-start without LoRA, export that run and train LoRA on the export");
+  require(c.tracks.ar.warmstart.steps == 0 || c.run.dtype != DType::kBFloat16, "tracks.ar.warmstart.steps",
+          "with tracks.ar.lora and run.dtype bfloat16 the warm-start would train the bf16 base without float32 "
+          "master weights (only the adapters have them); use run.dtype float32 or warmstart.steps: 0");
   require(!c.tracks.image.enabled || c.tracks.image.model.arch != ImageArch::kShared, "tracks.ar.lora.rank",
           "LoRA does not cover a model shared with the image track yet; set rank 0" + why);
 }

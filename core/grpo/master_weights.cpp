@@ -8,10 +8,6 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params) : model_(s
   torch::NoGradGuard no_grad;
   master_.reserve(model_.size());
   for (const torch::Tensor& p : model_) {
-    if (p.scalar_type() == torch::kFloat32) {  // already float32 (LoRA's adapters): its own master
-      master_.push_back(p);
-      continue;
-    }
     torch::Tensor m = p.detach().to(torch::kFloat32).clone();  // same shape as p
     m.set_requires_grad(true);                                 // a leaf with a .grad, as the optimizer expects
     master_.push_back(m);
@@ -21,7 +17,6 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params) : model_(s
 void MasterWeights::accumulate_grads() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
-    if (own_master(i)) continue;  // its gradient is already the float32 accumulator
     torch::Tensor& g = model_[i].mutable_grad();
     if (!g.defined()) continue;
     torch::Tensor& mg = master_[i].mutable_grad();
@@ -35,22 +30,19 @@ void MasterWeights::accumulate_grads() {
 
 void MasterWeights::copy_to_model() {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < model_.size(); ++i)
-    if (!own_master(i)) model_[i].copy_(master_[i]);
+  for (size_t i = 0; i < model_.size(); ++i) model_[i].copy_(master_[i]);
 }
 
 void MasterWeights::with_master_in_model(const std::function<void()>& fn) {
   std::vector<torch::ScalarType> dtypes;
   for (size_t i = 0; i < model_.size(); ++i) {
     dtypes.push_back(model_[i].scalar_type());
-    if (own_master(i)) continue;
     model_[i].mutable_grad() = torch::Tensor();
     model_[i].set_data(master_[i].detach());
   }
   fn();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
-    if (own_master(i)) continue;
     model_[i].mutable_grad() = torch::Tensor();
     model_[i].set_data(master_[i].detach().to(dtypes[i]));
   }

@@ -15,8 +15,7 @@ namespace tandem {
 
 class MasterWeights {
  public:
-  // model_params: the model's (bfloat16) parameter tensors, each once. A float32 one (LoRA's
-  // adapters) is its own master: the same tensor, nothing copied.
+  // model_params: the model's (bfloat16) parameter tensors, each once.
   explicit MasterWeights(std::vector<torch::Tensor> model_params);
 
   // The float32 copies, same shapes and order: what the optimizer, the gradient reduction and
@@ -33,7 +32,6 @@ class MasterWeights {
   void with_master_in_model(const std::function<void()>& fn);
 
  private:
-  bool own_master(size_t i) const { return master_[i].is_same(model_[i]); }
   std::vector<torch::Tensor> model_;   // the model's parameters (bfloat16)
   std::vector<torch::Tensor> master_;  // float32 copies
 };

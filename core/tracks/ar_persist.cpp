@@ -84,23 +84,27 @@ void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
   std::filesystem::rename(path + ".tmp", path);
 }
 
-const nlohmann::json& ArTrack::base_identity() {
-  if (base_identity_.is_null()) base_identity_ = tandem::base_identity(config_.tracks.ar);
-  return base_identity_;
-}
-
 void ArTrack::save(const std::string& dir) {
   const bool writer = comms_.world->rank() == 0;
-  if (policy_->has_adapters()) {  // the adapters, the base's identity, and the base only where no file holds it
+  // LoRA: the adapters, the base's identity, and the base only where no file holds it.
+  const bool lora = policy_->has_adapters();
+  const std::string model_dir = dir + "/" + (lora ? kBaseDir : "ar_model");
+  if (lora) {
     policy_->save(dir + "/" + kAdapterDir, writer);
-    if (!config_.tracks.ar.model.hf_dir) policy_->save_base(dir + "/" + kBaseDir, writer);
-    if (writer) std::ofstream(dir + "/" + kAdapterDir + "/" + kBaseIdentityFile) << base_identity().dump(2) << "\n";
-    return;
+    if (writer) {
+      const std::string file = dir + "/" + kAdapterDir + "/" + kBaseIdentityFile;
+      std::ofstream out(file);
+      out << base_identity_.dump(2) << "\n";
+      if (!out.flush()) throw UserError("checkpoint: cannot write " + file + " (disk full?)");
+    }
+    if (config_.tracks.ar.model.hf_dir) return;
+    policy_->save_base(model_dir, writer);
+  } else {
+    policy_->save(model_dir, writer);
+    if (reference_) reference_->save(dir + "/ar_reference", writer);
   }
-  policy_->save(dir + "/ar_model", writer);
-  if (reference_) reference_->save(dir + "/ar_reference", writer);
   if (!writer || !unified_.is_empty()) return;
-  // ar_model/ is a complete Hugging Face directory: export copies it, generate --model reads it.
+  // ar_model/ (ar_base/) is a complete Hugging Face directory: export copies it, generate --model reads it.
   const ArTrackConfig& ar = config_.tracks.ar;
   HfDirCompanions c;
   c.source = source_ ? &*source_ : nullptr;
@@ -108,7 +112,7 @@ void ArTrack::save(const std::string& dir) {
   if (format_->template_from_file()) c.chat_template = format_->template_source();
   c.stop_ids = format_->stop_ids();
   c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer_->bos_id();
-  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(dir + "/ar_model", c);
+  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(model_dir, c);
 }
 
 void ArTrack::load(const std::string& dir) {
@@ -117,7 +121,7 @@ void ArTrack::load(const std::string& dir) {
     if (!std::filesystem::exists(adapter))
       throw UserError(dir + ": holds no ar_adapter/ (a checkpoint of full fine-tuning?) but tracks.ar.lora.rank is " +
                       std::to_string(config_.tracks.ar.lora.rank) + "; resume it without LoRA or start a new run");
-    check_base_identity(read_base_identity(dir), base_identity(), "--resume " + dir);
+    check_base_identity(read_base_identity(dir), base_identity_, "--resume " + dir);
     if (!config_.tracks.ar.model.hf_dir) policy_->load_base(dir + "/" + kBaseDir);
     policy_->load(adapter);
     return;

@@ -22,6 +22,7 @@
 #include "core/run/metric_reduction.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
+#include "core/tracks/lora_checkpoint.h"
 #include "core/tracks/track_metrics.h"
 #include "models/llama/sampler.h"
 #include "models/llama/weights.h"
@@ -72,6 +73,8 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
                ar.model.hf_dir ? *ar.model.hf_dir : "random init", n_params, ar.model.hf_dir ? "loaded" : "built",
                seconds_since(load_start), static_cast<double>(peak_rss_bytes()) / (1 << 30));
   if (policy_->has_adapters()) {
+    // Hashed once, at start-up: the weights the run loaded, and no long read inside a checkpoint.
+    if (!rollout_only) base_identity_ = base_identity(ar);
     int64_t base = 0;
     for (const auto& p : policy_->base_parameters()) base += p.numel();
     spdlog::info(

@@ -97,7 +97,6 @@ class ArTrack final : public Track {
                                                          const RolloutDirectory& directory,
                                                          const std::vector<ArSample>& mine, double* entropy);
   void reduce_entropy(const double entropy[2], MetricMap& metrics) const;
-  const nlohmann::json& base_identity();  // base_identity_, computed on first use (it reads the weights)
 
   Config config_;
   TrainerComms comms_;
@@ -108,7 +107,7 @@ class ArTrack final : public Track {
   std::unique_ptr<ArEvaluator> evaluator_;  // the recipe's eval section, when on
   std::vector<ArSample> shown_;             // the last step's first groups on this rank, for sample_records
   std::optional<ModelDir> source_;          // tracks.ar.model.hf_dir (a Llama / Qwen2), for complete checkpoints
-  nlohmann::json base_identity_;            // LoRA: the frozen base (hf_dir and its weights' hash, or the run's own)
+  nlohmann::json base_identity_;            // LoRA: the frozen base (hf_dir and its weights' hash, or ar_base/)
   std::unique_ptr<TextPolicy> policy_;
   std::unique_ptr<TextPolicy> reference_;  // frozen copy for the KL term (kl.coef > 0)
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one

@@ -53,7 +53,8 @@ void save_peft_adapter(LlamaForCausalLMImpl& model, const LoraSpec& spec, const 
                        const nlohmann::json& extra = {});
 // The spec adapter_config.json describes (rank, alpha, target module names) and the factors, with
 // every field checked: UserError naming the file otherwise. Refuses what tandem cannot apply
-// exactly (rslora, DoRA, dropout, bias, modules_to_save, per-module ranks).
+// exactly (rslora, DoRA, fan_in_fan_out, bias, modules_to_save, per-module ranks); dropout does not
+// act at inference and is not read.
 LoraSpec read_peft_config(const std::string& dir);
 std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir);
 

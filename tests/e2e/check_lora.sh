@@ -76,6 +76,10 @@ train() {  # NAME STEPS [more args]
   timeout -s KILL 600 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train "${common[@]}" \
     --set run.out_dir="$out/runs" --set run.name="$name" --set run.steps="$steps" "$@" >>"$out/$name.log" 2>&1
 }
+"$tandem" check-config "${common[@]}" --set tracks.ar.warmstart.steps=5 >/dev/null 2>"$out/ws.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "tracks.ar.warmstart.steps: with tracks.ar.lora the warm-start trains the base" "$out/ws.err" \
+  && ok "a warm-start of an hf_dir base under LoRA exits 2" || bad "warm-start with hf_dir: exit $rc $(cat "$out/ws.err")"
 train straight 3 && ok "train 3 steps with LoRA in bf16 on 2 ranks" || { bad "train: $(tail -20 "$out/straight.log")"; exit 1; }
 grep -q "ar lora: rank 8, alpha 16 (scale 2), targets all-linear" "$out/straight.log" \
   && ok "the log states what trains: $(grep -o '[0-9]* adapter parameters[^;]*' "$out/straight.log" | head -1)" \
