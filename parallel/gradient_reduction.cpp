@@ -56,10 +56,22 @@ torch::Tensor gradients_sq_norm(const std::vector<torch::Tensor>& params) {
   return torch::stack(norms).pow(2).sum();  // ()
 }
 
-GradientCheck check_gradients(const std::vector<torch::Tensor>& params, bool local_loss_finite, Communicator& comm) {
+GradientCheck check_gradients(const std::vector<torch::Tensor>& params, bool local_loss_finite, Communicator& comm,
+                              const TpShards& tp) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor sq = gradients_sq_norm(params).to(comm.device());  // ()
-  torch::Tensor flag =                                                   // (1): 1 where this rank is not finite
+  torch::Tensor sq;  // ()
+  if (tp.active()) {
+    TORCH_CHECK(tp.sharded.size() == params.size(), "check_gradients: ", tp.sharded.size(), " tp flags for ",
+                params.size(), " parameters");
+    std::vector<torch::Tensor> sharded, replicated;
+    for (size_t i = 0; i < params.size(); ++i) (tp.sharded[i] ? sharded : replicated).push_back(params[i]);
+    torch::Tensor part = gradients_sq_norm(sharded).to(tp.tp->device()).reshape({1});  // (1)
+    tp.tp->all_reduce(part);
+    sq = (part.reshape({}) + gradients_sq_norm(replicated).to(part.device())).to(comm.device());
+  } else {
+    sq = gradients_sq_norm(params).to(comm.device());
+  }
+  torch::Tensor flag =  // (1): 1 where this rank is not finite
       torch::logical_or(torch::logical_not(torch::isfinite(sq)), torch::tensor(!local_loss_finite).to(sq.device()))
           .to(torch::kFloat64)
           .reshape({1});

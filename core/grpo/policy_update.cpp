@@ -191,9 +191,10 @@ MicroOutcome train_micro(PolicyModel& model, const std::vector<const ArSample*>&
 }
 
 StepOutcome reduce_and_step(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& optimizer,
-                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite) {
+                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite,
+                            const parallel::TpShards& tp) {
   parallel::all_reduce_gradients(params, grad_comm);
-  const parallel::GradientCheck check = parallel::check_gradients(params, local_loss_finite, grad_comm);
+  const parallel::GradientCheck check = parallel::check_gradients(params, local_loss_finite, grad_comm, tp);
   StepOutcome out;
   if (!check.finite) {
     optimizer.zero_grad();

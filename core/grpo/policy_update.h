@@ -12,6 +12,7 @@
 #include "core/batch/collate.h"
 #include "core/grpo/loss.h"
 #include "parallel/communicator.h"
+#include "parallel/gradient_reduction.h"
 #include "parallel/vocab_parallel_logprob.h"
 
 namespace tandem {
@@ -90,8 +91,11 @@ struct StepOutcome {
 
 // Ends a mini-batch: sums gradients over `grad_comm` (dp x cp), agrees on every rank whether the
 // loss and gradients are finite, clips by global norm (grad_clip > 0) and steps the optimizer.
-// A non-finite step is skipped on every rank (gradients zeroed, parameters untouched).
+// A non-finite step is skipped on every rank (gradients zeroed, parameters untouched). Under tp,
+// `tp` says which parameters are sharded, so the norm (and the clip scale) is the whole model's on
+// every tp rank.
 StepOutcome reduce_and_step(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& optimizer,
-                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite);
+                            parallel::Communicator& grad_comm, double grad_clip, bool local_loss_finite,
+                            const parallel::TpShards& tp = {});
 
 }  // namespace tandem

@@ -12,6 +12,7 @@
 #include "core/policies/text_policy.h"
 #include "models/llama/lora.h"
 #include "models/llama/model.h"
+#include "models/llama/weights.h"
 
 namespace tandem {
 
@@ -37,6 +38,9 @@ class LlamaPolicy final : public TextPolicy {
   void load(const std::string& dir) override;
   std::unique_ptr<TextPolicy> frozen_copy() override;
   int64_t max_seq_len() const override { return model_->config().max_seq_len; }
+  std::vector<bool> tp_sharded(const std::vector<torch::Tensor>& params) override {
+    return models::tp_sharded(*model_, params);
+  }
   bool has_adapters() const override { return lora_.has_value(); }
   std::vector<torch::Tensor> base_parameters() override;
   void save_base(const std::string& dir, bool write) override;

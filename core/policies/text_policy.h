@@ -23,6 +23,11 @@ class TextPolicy : public PolicyModel {
   // A frozen copy of the current weights (the KL reference).
   virtual std::unique_ptr<TextPolicy> frozen_copy() = 0;
   virtual int64_t max_seq_len() const = 0;
+  // Per entry of `params` (this policy's tensors): split over tp (its gradient's square adds up across
+  // tp ranks)?
+  virtual std::vector<bool> tp_sharded(const std::vector<torch::Tensor>& params) {
+    return std::vector<bool>(params.size(), false);
+  }
 
   // LoRA (tracks.ar.lora): adapters trained on a frozen base. parameters() then names the adapters
   // only, save / load use the adapter directory (peft's), frozen_copy is the base with the

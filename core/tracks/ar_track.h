@@ -30,6 +30,7 @@ class ArTrack final : public Track {
           bool rollout_only = false);
   std::string name() const override { return "ar"; }
   std::vector<torch::Tensor> parameters() override { return policy_->parameters(); }
+  std::vector<bool> tp_sharded() override { return policy_->tp_sharded(policy_->parameters()); }
   double weight() const override { return config_.tracks.ar.weight; }
 
   void prepare(int64_t step, MetricMap& metrics) override;

@@ -64,7 +64,17 @@ double ArTrack::warmstart_step(int64_t step) {
   const torch::Tensor loss = -(out.logp * mask).sum() / n_tok.item<double>();
   loss.backward();
   parallel::all_reduce_gradients(params, *comms_.grad);
-  torch::nn::utils::clip_grad_norm_(params, 1.0);
+  // Clipped at norm 1. Under tp by the whole model's norm (the shards' parts summed over tp), as the
+  // RL step is; clip_grad_norm_ alone would see this rank's shards only.
+  const parallel::TpShards tp{comms_.model_tp, policy_->tp_sharded(params)};
+  if (tp.active()) {
+    const parallel::GradientCheck check = parallel::check_gradients(params, true, *comms_.grad, tp);
+    torch::NoGradGuard no_grad;
+    if (check.norm > 1.0)
+      for (auto& p : params) p.grad().mul_(1.0 / (check.norm + 1e-6));
+  } else {
+    torch::nn::utils::clip_grad_norm_(params, 1.0);
+  }
   warm_opt_->step();
   warm_opt_->zero_grad();
   torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);

@@ -38,6 +38,8 @@ class Track {
   virtual ~Track() = default;
   virtual std::string name() const = 0;  // "ar" or "image": the metric prefix
   virtual std::vector<torch::Tensor> parameters() = 0;
+  // Per parameters() entry: split over tp? (The gradient norm sums those parts over tp.)
+  virtual std::vector<bool> tp_sharded() { return std::vector<bool>(parameters().size(), false); }
   // tracks.<name>.weight: this track's loss weight when several tracks share the update.
   virtual double weight() const = 0;
 

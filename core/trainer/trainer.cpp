@@ -96,6 +96,7 @@ struct Trainer::Impl {
   std::vector<std::unique_ptr<Track>> tracks;
   std::unique_ptr<MasterWeights> master;  // set with master_weights
   std::unique_ptr<torch::optim::AdamW> optimizer;
+  parallel::TpShards shards;  // which trained parameters are split over tp (the clipping norm's)
   std::unique_ptr<MetricsWriter> metrics;
   int64_t start_step = 0;
   bool rank0 = false;
@@ -188,6 +189,7 @@ struct Trainer::Impl {
     optimizer = std::make_unique<torch::optim::AdamW>(
         trained_parameters(),
         torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+    shards = tp_shards();
   }
 
   // What the optimizer steps: the float32 master under mixed precision, else the model's own.
@@ -204,13 +206,27 @@ struct Trainer::Impl {
 
   // Every track's parameters, each tensor once: with a shared model both tracks name the same
   // weights, and their gradients add up in the same .grad before the one update.
-  std::vector<torch::Tensor> all_parameters() {
+  std::vector<torch::Tensor> all_parameters(std::vector<bool>* tp_sharded = nullptr) {
     std::vector<torch::Tensor> params;
     std::set<const void*> seen;
-    for (auto& t : tracks)
-      for (auto& p : t->parameters())
-        if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    for (auto& t : tracks) {
+      const std::vector<torch::Tensor> ps = t->parameters();
+      const std::vector<bool> sharded = tp_sharded ? t->tp_sharded() : std::vector<bool>(ps.size(), false);
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (seen.insert(ps[i].unsafeGetTensorImpl()).second) {
+          params.push_back(ps[i]);
+          if (tp_sharded) tp_sharded->push_back(sharded.at(i));
+        }
+    }
     return params;
+  }
+
+  // Which trained parameters are split over tp (trained_parameters() order: the masters follow the
+  // model's), so the clipping norm is the whole model's on every tp rank.
+  parallel::TpShards tp_shards() {
+    parallel::TpShards s{comms.model_tp, {}};
+    all_parameters(&s.sharded);
+    return s;
   }
 
   std::string optimizer_file(const std::string& dir) const {
@@ -358,7 +374,8 @@ struct Trainer::Impl {
         tracks[i]->accumulate(mini, tracks.size() > 1 ? tracks[i]->weight() : 1.0, per_track[i]);
         loss_finite = loss_finite && tracks[i]->loss_finite();
       }
-      const StepOutcome out = reduce_and_step(params, *optimizer, *comms.grad, config.optim.grad_clip, loss_finite);
+      const StepOutcome out =
+          reduce_and_step(params, *optimizer, *comms.grad, config.optim.grad_clip, loss_finite, shards);
       if (master && out.applied) master->copy_to_model();
       grad_norm += out.grad_norm / static_cast<double>(minis);
       skipped += out.applied ? 0 : 1;

@@ -214,6 +214,32 @@ std::map<std::string, torch::Tensor> gather_hf_state(LlamaForCausalLMImpl& model
   return out;
 }
 
+std::vector<bool> tp_sharded(LlamaForCausalLMImpl& model, const std::vector<torch::Tensor>& params) {
+  std::map<std::string, int64_t> split;  // HF name -> split_dim
+  for (const HfParamSpec& spec : hf_param_specs(model.config())) split[spec.name] = spec.split_dim;
+  std::map<const void*, bool> by_tensor;
+  for (const auto& p : model.named_parameters()) {
+    const std::string& key = p.key();
+    bool sharded = false;
+    if (const auto it = split.find(key); it != split.end()) {
+      sharded = it->second >= 0;
+    } else if (ends_with(key, ".lora_A") || ends_with(key, ".lora_B")) {
+      const auto it_w = split.find(key.substr(0, key.size() - 6) + "weight");  // "...q_proj." + "weight"
+      TORCH_CHECK(it_w != split.end(), "tp_sharded: no layer for ", key);
+      sharded = (key.back() == 'B' && it_w->second == 0) || (key.back() == 'A' && it_w->second == 1);
+    }
+    by_tensor[p.value().unsafeGetTensorImpl()] = sharded;
+  }
+  const bool tp = model.parallel_context().tp_enabled();
+  std::vector<bool> out;
+  for (const auto& t : params) {
+    const auto it = by_tensor.find(t.unsafeGetTensorImpl());
+    TORCH_CHECK(it != by_tensor.end(), "tp_sharded: a tensor that is not the model's");
+    out.push_back(tp && it->second);
+  }
+  return out;
+}
+
 LlamaForCausalLM load_llama(const std::string& dir, const parallel::ParallelContext& ctx, torch::ScalarType dtype) {
   const LlamaConfig config = from_hf_config(read_hf_config(dir), dir + "/" + kHfConfigFile);
   check_hf_weights(dir, config);  // before the model is sized from config.json or any data is read

@@ -50,6 +50,11 @@ void check_hf_weights(const std::string& dir, const LlamaConfig& config);
 // calls it and gets every tensor.
 std::map<std::string, torch::Tensor> gather_hf_state(LlamaForCausalLMImpl& model);
 
+// Whether each of `params` (the model's tensors) is split over tp: by its HF spec, and a LoRA
+// factor as its layer splits it (column parallel: B; row parallel: A). All false at tp 1. For the
+// gradient norm, whose sharded part is summed over tp and replicated part counted once.
+std::vector<bool> tp_sharded(LlamaForCausalLMImpl& model, const std::vector<torch::Tensor>& params);
+
 // Reads dir/config.json and the weights (model.safetensors or the sharded index) into a model
 // sharded for ctx, with parameters in `dtype`.
 LlamaForCausalLM load_llama(const std::string& dir, const parallel::ParallelContext& ctx = {},

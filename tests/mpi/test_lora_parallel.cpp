@@ -9,6 +9,7 @@
 #include "models/llama/lora.h"
 #include "models/llama/weights.h"
 #include "mpi_test_util.h"
+#include "parallel/gradient_reduction.h"
 
 using namespace tandem;
 
@@ -96,6 +97,55 @@ TEST_CASE("LoRA under tp and cp: logits, adapter gradients and the gathered stat
       CHECK(test::rel_to_max(packed ? m->logits(b.packed) : m->logits(b.padded), ref_logits) < 1e-10);
       const auto gathered = models::gather_lora_state(*m);
       for (const auto& [key, t] : state) CHECK(torch::equal(gathered.at(key), t));
+    }
+  }
+}
+
+TEST_CASE(
+    "under tp the gradient norm is the one-rank model's (sharded parts summed over tp, replicated ones once), "
+    "full and LoRA; a non-finite shard stops every tp rank; without the tp flags the norm is the rank's own "
+    "(control)",
+    "[mpi][lora][gradients]") {
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
+  for (const bool lora : {false, true}) {
+    auto build = [&](const parallel::ParallelContext& ctx) {
+      models::LlamaForCausalLM m(tp_config(), ctx, 3);
+      m->to(torch::kFloat64);
+      if (!lora) return m;
+      models::attach_lora(*m, kSpec, 11);
+      torch::NoGradGuard no_grad;  // a nonzero B, the same full tensors on every layout
+      at::Generator gen = at::detail::createCPUGenerator(5);
+      std::map<std::string, torch::Tensor> full;
+      for (const auto& [key, t] : models::gather_lora_state(*m))
+        full[key] = key.find("lora_B") != std::string::npos ? torch::randn(t.sizes(), gen, torch::kFloat64) * 0.3 : t;
+      models::load_lora_state(*m, full, "test");
+      return m;
+    };
+    auto trained = [&](models::LlamaForCausalLM& m) { return lora ? models::lora_parameters(*m) : m->parameters(); };
+    models::LlamaForCausalLM single = build({});
+    loss_of(single, b, true).backward();
+    double ref = 0;
+    for (const auto& p : trained(single)) ref += p.grad().pow(2).sum().item<double>();
+    ref = std::sqrt(ref);
+    for (const int64_t tp : {2, 4}) {
+      if (test::world_size() % tp != 0) continue;
+      INFO("lora " << lora << " tp " << tp);
+      test::Groups g({tp, 1});
+      models::LlamaForCausalLM m = build(g.ctx);
+      loss_of(m, b, true).backward();
+      const std::vector<torch::Tensor> params = trained(m);
+      const auto self = test::block_communicator(1);
+      const parallel::TpShards shards{g.tp.get(), models::tp_sharded(*m, params)};
+      const parallel::GradientCheck got = parallel::check_gradients(params, true, *self, shards);
+      CHECK(got.finite);
+      CHECK(got.norm == Approx(ref).epsilon(1e-10));
+      // Control: this rank's own norm, what clipping used before.
+      CHECK(std::abs(parallel::check_gradients(params, true, *self).norm - ref) > 1e-3 * ref);
+      // A NaN in one rank's shard: every tp rank skips.
+      size_t first = 0;
+      while (!shards.sharded[first]) ++first;
+      if (g.ctx.tp_rank == 1) params[first].mutable_grad().view({-1})[0] = std::nan("");
+      CHECK_FALSE(parallel::check_gradients(params, true, *self, shards).finite);
     }
   }
 }
