@@ -21,6 +21,10 @@ struct BenchScheduleArgs {
 };
 int run_bench_schedule(const BenchScheduleArgs& args);
 
+// `tandem env NAME`: serves a built-in environment (calculator, guess, lookup) over the
+// environment protocol on stdin / stdout until EOF.
+int run_env(const std::string& name);
+
 // Model dims and workload of `tandem bench rollout` (random-init model, one JSON object out).
 struct BenchRolloutArgs {
   int64_t hidden_size = 256;

@@ -176,6 +176,13 @@ int main(int argc, char** argv) {
                         "LoRA checkpoints: write the base with the adapters merged in, a complete Hugging Face "
                         "directory (default: the peft adapter directory)");
 
+  std::string env_name;
+  CLI::App* env = app.add_subcommand(
+      "env", "serve a built-in environment over the environment protocol on stdin / stdout (docs/env_protocol.md)");
+  env->add_option("name", env_name, "calculator, guess or lookup")
+      ->required()
+      ->check(CLI::IsMember({"calculator", "guess", "lookup"}));
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks that print JSON figures");
   bench->require_subcommand(1);
   tandem::app::BenchScheduleArgs sched;
@@ -367,6 +374,7 @@ int main(int argc, char** argv) {
     if (*eval) return tandem::app::run_eval(eval_args, argc, argv);
     if (*pretrain) return tandem::app::run_pretrain_flow(pretrain_args, argc, argv);
     if (*gen) return tandem::app::run_generate(gen_args);
+    if (*env) return tandem::app::run_env(env_name);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
     if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype, export_merge);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/rewards/reward_fn.h"
+#include "runtime/child_process.h"
 
 namespace tandem::rewards {
 
@@ -44,25 +45,16 @@ class RewardProcess : public RewardFn {
   std::string name() const override { return "command"; }
 
   // The running child's pid (also its process group id), or -1 when none runs.
-  pid_t child_pid() const { return pid_; }
+  pid_t child_pid() const { return child_.pid(); }
 
  private:
   void start();
-  // Kills the child's process group (after a grace period when `graceful`), reaps it, closes the
-  // pipes. Returns how the child ended, for messages.
-  std::string stop(bool graceful);
   [[noreturn]] void fail(int64_t sample_index, const std::string& what, bool child_ended);
-  void read_stderr();
   void check_unsolicited(int64_t first_index);
-  std::string stderr_summary() const;
 
   RewardProcessOptions options_;
-  pid_t pid_ = -1;
-  int in_fd_ = -1;   // the child's stdin (we write)
-  int out_fd_ = -1;  // the child's stdout (we read)
-  int err_fd_ = -1;  // the child's stderr (we read)
+  runtime::ChildProcess child_;
   std::string out_buffer_;
-  std::string err_tail_;
 };
 
 }  // namespace tandem::rewards

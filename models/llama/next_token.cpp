@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "models/llama/inputs.h"
 
 namespace tandem::models {
 
@@ -230,6 +231,19 @@ bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p) {
   for (const auto& seq : p.stop_sequences)
     if (tokens.size() >= seq.size() && std::equal(seq.rbegin(), seq.rend(), tokens.rbegin())) return true;
   return false;
+}
+
+PackedInput pack_rows(const std::vector<std::vector<int64_t>>& seqs) {
+  std::vector<int64_t> ids, pos, cu{0};
+  int64_t width = 0;
+  for (const auto& s : seqs) {
+    ids.insert(ids.end(), s.begin(), s.end());
+    for (size_t j = 0; j < s.size(); ++j) pos.push_back(static_cast<int64_t>(j));
+    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
+    width = std::max<int64_t>(width, static_cast<int64_t>(s.size()));
+  }
+  return {torch::tensor(ids, torch::kInt64).view({1, -1}), torch::tensor(pos, torch::kInt64).view({1, -1}),
+          torch::tensor(cu, torch::kInt64), width};
 }
 
 }  // namespace tandem::models

@@ -72,6 +72,11 @@ NextTokens next_tokens_narrowed(const at::Tensor& logits, const SamplingParams& 
 void validate_generation(const std::vector<GenerationRequest>& requests, const SamplingParams& p, int64_t vocab_size,
                          int64_t max_len, const std::string& who, const std::string& max_len_name);
 
+// Rows of `seqs` (each non-empty) as one packed input with positions restarting at 0: what a
+// sampler prefills.
+struct PackedInput;
+PackedInput pack_rows(const std::vector<std::vector<int64_t>>& seqs);
+
 // True when the response `tokens` (non-empty) ends with a stop id or a stop sequence of `p`.
 bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p);
 

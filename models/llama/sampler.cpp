@@ -32,20 +32,6 @@ struct Live {
   torch::Tensor prompt_logits;  // (1, V) its first token's logits, for later readers of its prompt (share_prompts)
 };
 
-// Rows of `seqs` as one packed input with positions restarting at 0.
-PackedInput pack(const std::vector<std::vector<int64_t>>& seqs) {
-  std::vector<int64_t> ids, pos, cu{0};
-  int64_t width = 0;
-  for (const auto& s : seqs) {
-    ids.insert(ids.end(), s.begin(), s.end());
-    for (size_t j = 0; j < s.size(); ++j) pos.push_back(static_cast<int64_t>(j));
-    cu.push_back(cu.back() + static_cast<int64_t>(s.size()));
-    width = std::max<int64_t>(width, static_cast<int64_t>(s.size()));
-  }
-  return {torch::tensor(ids, torch::kInt64).view({1, -1}), torch::tensor(pos, torch::kInt64).view({1, -1}),
-          torch::tensor(cu, torch::kInt64), width};
-}
-
 class Batcher {
  public:
   Batcher(LlamaForCausalLMImpl& model, const std::vector<GenerationRequest>& requests, const SamplingParams& p)
@@ -114,11 +100,11 @@ class Batcher {
       KvCache* cache = cache_ ? &*cache_ : nullptr;
       if (share) {
         const std::vector<int64_t> prefixes = cache_->free_prefixes(static_cast<int64_t>(prompts.size()));
-        prefilled = model_.prefill(pack(prompts), cache, prefixes, true);
+        prefilled = model_.prefill(pack_rows(prompts), cache, prefixes, true);
         for (size_t i = 0; i < rows.size(); ++i)
           if (rows[i] >= 0) cache_->attach(static_cast<int64_t>(first + i), prefixes[static_cast<size_t>(rows[i])]);
       } else {
-        prefilled = model_.prefill(pack(prompts), cache, cache ? slots : std::vector<int64_t>{});
+        prefilled = model_.prefill(pack_rows(prompts), cache, cache ? slots : std::vector<int64_t>{});
       }
     }
     if (!share) {
@@ -155,7 +141,7 @@ class Batcher {
       prefixes.push_back(requests_[s.request].prompt);
       prefixes.back().insert(prefixes.back().end(), s.out.tokens.begin(), s.out.tokens.end());
     }
-    take(model_.prefill(pack(prefixes)), 0);
+    take(model_.prefill(pack_rows(prefixes)), 0);
   }
 
   // logits (m, V): the next-token logits of live_[first + i]. Chooses, records and retires.

@@ -80,14 +80,20 @@ ChatTemplate ChatTemplate::from_source(std::string source, std::string origin, s
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const nlohmann::json& extra) const {
-  if (!extra.is_null() && !extra.is_object())
-    throw UserError(compiled_.origin() + ": extra template variables must be a JSON object");
   // ordered_json keeps each message's keys as {"role", "content"}, as a Python dict would.
-  nlohmann::ordered_json context = nlohmann::ordered_json::object();
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-  context["messages"] = std::move(list);
-  context["tools"] = nullptr;
+  return render(list, add_generation_prompt, nullptr, extra);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& tools, const nlohmann::json& extra) const {
+  if (!extra.is_null() && !extra.is_object())
+    throw UserError(compiled_.origin() + ": extra template variables must be a JSON object");
+  if (!messages.is_array()) throw UserError(compiled_.origin() + ": the messages must be a JSON list");
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["messages"] = messages;
+  context["tools"] = tools;
   context["documents"] = nullptr;
   context["add_generation_prompt"] = add_generation_prompt;
   if (!bos_token_.empty()) context["bos_token"] = bos_token_;

@@ -33,6 +33,11 @@ class ChatTemplate {
   // key of `extra` (e.g. {"enable_thinking": false}), which may override any of those.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
+  // The same with messages as JSON objects passed through as they are (a tool message's "name",
+  // an assistant's "tool_calls") and `tools` (a list of JSON schemas, or null) as the template's
+  // `tools`, as apply_chat_template(messages, tools=...) does.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& tools, const nlohmann::json& extra) const;
 
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }

@@ -1,0 +1,33 @@
+// The calculator's arithmetic: exact integers, precedence, parentheses, decimals, and each error
+// naming its position.
+#include <catch2/catch.hpp>
+
+#include "fixtures.h"
+
+#include "common/error.h"
+#include "core/env/arithmetic.h"
+
+using namespace tandem;
+using namespace tandem::env;
+
+TEST_CASE("arithmetic: exact integers, precedence, parentheses, decimals", "[env][arithmetic]") {
+  CHECK(evaluate_arithmetic("347 * 29") == "10063");
+  CHECK(evaluate_arithmetic("2 + 3 * 4") == "14");
+  CHECK(evaluate_arithmetic("(2 + 3) * 4") == "20");
+  CHECK(evaluate_arithmetic("-(7 - 10)") == "3");
+  CHECK(evaluate_arithmetic("123456789 * 987654321") == "121932631112635269");
+  CHECK(evaluate_arithmetic("84 / 4") == "21");
+  CHECK(evaluate_arithmetic("7 / 2") == "3.5");
+  CHECK(evaluate_arithmetic("1.5 * 4") == "6");
+  CHECK(evaluate_arithmetic("10 - 2 - 3") == "5");  // left-associative
+}
+
+TEST_CASE("arithmetic errors name what and where", "[env][arithmetic]") {
+  CHECK(test::user_error_of([] { evaluate_arithmetic("3 + * 2"); }) == "expected a number at 4 in '3 + * 2'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("1 / 0"); }) == "division by zero at 5 in '1 / 0'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("999999999999 * 999999999999"); }) ==
+        "integer overflow at 27 in '999999999999 * 999999999999'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("(1 + 2"); }) == "expected ')' at 6 in '(1 + 2'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("import os"); }) == "expected a number at 0 in 'import os'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("2 3"); }) == "unexpected '3' at 2 in '2 3'");
+}
