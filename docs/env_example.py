@@ -51,7 +51,7 @@ def handle(req):
         expected = f"{value * FACTORS[a] / FACTORS[b]:.4g}"
         with episodes_lock:
             episodes[episode] = expected
-        question = req["row"].get("prompt") or f"How many {b} are {value} {a}? Use the convert tool."
+        question = f"How many {b} are {value} {a}? Use the convert tool."
         return {"id": rid, "messages": [{"role": "user", "content": question}]}
     if kind == "close":
         with episodes_lock:

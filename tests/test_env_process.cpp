@@ -243,3 +243,17 @@ TEST_CASE("tandem env NAME serves the built-in environments over the protocol", 
   CHECK(calc.hello().tools[0]["function"]["name"] == "calc");
   CHECK(calc.restarts() == 0);
 }
+
+TEST_CASE("answers waiting in the pipe count, however long the caller was away", "[env][env_process]") {
+  // The caller may not poll for longer than timeout_s (a collective, a long decode step): the
+  // answers the process wrote meanwhile are read before any deadline is judged.
+  TempDir dir;
+  EnvProcess env(quiet(dir.fake("normal"), 1.0));
+  env.reset("a", json::object(), 0);
+  env.close("a");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  const auto events = env.poll(std::chrono::milliseconds(0));
+  REQUIRE(events.size() == 1);
+  CHECK_FALSE(events[0].failure);
+  CHECK(env.restarts() == 0);
+}

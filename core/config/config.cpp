@@ -101,6 +101,7 @@ void validate_geometry(const TrainConfig& train, const char* track, const std::o
 }
 
 void validate_lora(const Config& c);
+void validate_env(const Config& c);
 
 void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   const ArTrackConfig& ar = c.tracks.ar;
@@ -184,8 +185,45 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   require(ar.warmstart.steps == 0 || ar.data.task != "jsonl" || !ar.data.answer_key.empty(),
           "tracks.ar.warmstart.steps", "a warm-start needs reference answers (data.answer_key)");
   validate_lora(c);
+  validate_env(c);
   validate_geometry(c.train, "ar", ar.micro_batch_size, ar.max_tokens_per_micro, ar.loss_agg_mode, m.max_seq_len,
                     "tracks.ar.model.max_seq_len");
+}
+
+// tracks.ar.env: what the multi-turn rollout (core/env, TurnSampler) supports today.
+void validate_env(const Config& c) {
+  const ArTrackConfig& ar = c.tracks.ar;
+  const ArEnvConfig& e = ar.env;
+  require(e.name == "command" || !e.command, "tracks.ar.env.command",
+          "is the process of env name command; with name " + e.name + " leave it out");
+  if (!e.enabled()) return;
+  const std::string why = " (tracks.ar.env.name " + e.name + " turns multi-turn episodes on)";
+  require(e.name != "command" || (e.command && !e.command->empty()), "tracks.ar.env.command",
+          "is required when env.name is command (a process speaking docs/env_protocol.md)");
+  require(ar.model.arch == ArArch::kLlama, "tracks.ar.env.name",
+          "episodes run on the llama architecture's KV-cache sampler; arch unified has none" + why);
+  require(ar.tokenizer.kind == TokenizerKind::kHf && ar.data.chat_template != "none", "tracks.ar.env.name",
+          "episodes are rendered by the model's chat template: use an hf tokenizer with a chat template" + why);
+  require(c.parallel.tp == 1 && c.parallel.cp == 1, "tracks.ar.env.name",
+          "episodes are generated without tp or cp peers for now (each rank talks to its own environment): "
+          "set parallel.tp and parallel.cp to 1" +
+              why);
+  require(c.parallel.rollout_ranks == 0, "tracks.ar.env.name",
+          "episodes are generated on the training ranks for now: set parallel.rollout_ranks to 0" + why);
+  require(!c.train.overlap, "tracks.ar.env.name",
+          "episodes do not overlap with the reference pass yet: set "
+          "train.overlap to false" +
+              why);
+  require(!ar.rollout.replay_dir, "tracks.ar.rollout.replay_dir", "replays single-turn rollouts; leave it out" + why);
+  require(!c.eval.enabled(), "eval",
+          "evaluates single-turn responses; multi-turn evaluation is not built yet: "
+          "leave the eval section out" +
+              why);
+  const int64_t cap = e.max_tokens.value_or(ar.model.max_seq_len);
+  require(cap <= ar.model.max_seq_len, "tracks.ar.env.max_tokens",
+          std::to_string(cap) + " exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len));
+  require(e.max_turn_tokens.value_or(ar.rollout.max_new_tokens) < cap, "tracks.ar.env.max_turn_tokens",
+          "must leave room for the prompt within the episode's max_tokens " + std::to_string(cap));
 }
 
 // tracks.ar.lora: what the adapters (models/llama/lora.h) can do exactly.

@@ -208,6 +208,24 @@ struct ArLoraConfig {
   bool enabled() const { return rank > 0; }
 };
 
+// Multi-turn episodes (tracks.ar.env, docs/env_protocol.md): each sample is an episode in which
+// the policy talks to an environment over several turns; the environment's step rewards replace
+// tracks.ar.reward. name none: off (one response per prompt).
+struct ArEnvConfig {
+  std::string name = "none";               // none | calculator | guess | lookup | command
+  std::optional<std::string> command;      // name command: the process to run (one per rank)
+  double timeout_s = 60.0;                 // the longest wait for any one answer of the environment
+  int64_t max_turns = 0;                   // model turns per episode; 0: the environment's own (its hello)
+  std::optional<int64_t> max_turn_tokens;  // sampled tokens per turn; null: rollout.max_new_tokens
+  std::optional<int64_t> max_tokens;       // an episode's whole sequence; null: model.max_seq_len
+  // A step whose failed episodes (environment errors, templates that rewrite history) exceed this
+  // fraction of its episodes stops the run; below it, failed episodes are left out of training.
+  double max_failed_fraction = 0.5;
+  // Episodes holding a KV cache slot at once, live or waiting for the environment.
+  int64_t slots = 64;
+  bool enabled() const { return name != "none"; }
+};
+
 struct ArTrackConfig {
   bool enabled = true;
   double weight = 1.0;
@@ -227,6 +245,7 @@ struct ArTrackConfig {
   ArAlgoConfig algo;
   ArWarmstartConfig warmstart;
   ArLoraConfig lora;
+  ArEnvConfig env;
 };
 
 struct ImageModelConfig {

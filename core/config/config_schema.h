@@ -195,6 +195,18 @@ void visit(V& v, ArLoraConfig& c) {
 }
 
 template <class V>
+void visit(V& v, ArEnvConfig& c) {
+  v.choice("name", c.name, {"none", "calculator", "guess", "lookup", "command"});
+  v.field("command", c.command);
+  v.field("timeout_s", c.timeout_s, above(0));
+  v.field("max_turns", c.max_turns, closed(0, 1000));
+  v.field("max_turn_tokens", c.max_turn_tokens, at_least(1));
+  v.field("max_tokens", c.max_tokens, at_least(2));
+  v.field("max_failed_fraction", c.max_failed_fraction, closed(0, 1));
+  v.field("slots", c.slots, at_least(1));
+}
+
+template <class V>
 void visit(V& v, ArTrackConfig& c) {
   v.field("enabled", c.enabled);
   v.field("weight", c.weight, above(0));
@@ -211,6 +223,7 @@ void visit(V& v, ArTrackConfig& c) {
   v.section("algo", c.algo);
   v.section("warmstart", c.warmstart);
   v.section("lora", c.lora);
+  v.section("env", c.env);
 }
 
 template <class V>

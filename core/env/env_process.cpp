@@ -166,35 +166,20 @@ void EnvProcess::fail_all(const std::string& why) {
 std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
   const auto until = Clock::now() + wait;
   for (;;) {
-    // Complete lines first.
-    for (size_t nl; (nl = out_buffer_.find('\n')) != std::string::npos;) {
-      std::string line = out_buffer_.substr(0, nl);
-      out_buffer_.erase(0, nl + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      int64_t id = -1;
-      nlohmann::json parsed;
-      std::string problem;
-      if (!answer_id(line, id, parsed, problem)) {
-        fail_all("answered '" + runtime::one_line(line) + "': " + problem);
-        break;
-      }
-      const auto it = pending_.find(id);
-      if (it == pending_.end()) {
-        fail_all("printed '" + runtime::one_line(line) + "', an answer to no open request (id " + std::to_string(id) +
-                 "): a stray line");
-        break;
-      }
-      const Pending p = it->second;
-      pending_.erase(it);
-      if (p.episode.empty()) continue;  // a close, acknowledged
-      EnvEvent event{p.episode, p.reset, {}, std::nullopt};
-      if (!read_answer(parsed, p.reset, event.answer, problem)) {
-        fail_all("answered '" + runtime::one_line(line) + "' for episode " + p.episode + ": " + problem);
-        break;
-      }
-      ready_.push_back(std::move(event));
-    }
+    // Everything the process wrote so far counts before any deadline is judged: the caller may
+    // not have polled for a while (a collective, a long decode), with the answers in the pipe.
+    child_.drain_stderr();
+    if (!write_buffer_.empty()) send(-1, {}, "");
+    const bool open = read_out();
+    take_lines();
     if (!ready_.empty()) break;
+    if (!open) {
+      const std::string partial =
+          out_buffer_.empty() ? "" : " after a partial line '" + runtime::one_line(out_buffer_) + "'";
+      const std::string how = child_.stop(true);
+      fail_all("ended (it " + how + ")" + partial);
+      break;
+    }
     // The oldest deadline bounds the wait.
     auto oldest = Clock::time_point::max();
     for (const auto& [id, p] : pending_) oldest = std::min(oldest, p.deadline);
@@ -204,28 +189,40 @@ std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
       break;
     }
     if (now >= until) break;
-    const auto next = std::min(until, oldest);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(until, oldest) - now).count() + 1;
     pollfd fds[3] = {{child_.out_fd(), POLLIN, 0},
                      {child_.in_fd(), static_cast<short>(write_buffer_.empty() ? 0 : POLLOUT), 0},
                      {child_.err_fd(), POLLIN, 0}};
     if (::poll(fds, 3, static_cast<int>(std::min<int64_t>(left, 1 << 30))) < 0 && errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "poll");
-    child_.drain_stderr();
-    if (!write_buffer_.empty()) send(-1, {}, "");
-    if (!read_out()) {
-      const std::string partial = out_buffer_.find('\n') == std::string::npos && !out_buffer_.empty()
-                                      ? " after a partial line '" + runtime::one_line(out_buffer_) + "'"
-                                      : "";
-      if (out_buffer_.find('\n') != std::string::npos) continue;  // answers before the EOF count
-      const std::string how = child_.stop(true);
-      fail_all("ended (it " + how + ")" + partial);
-      break;
-    }
   }
   std::vector<EnvEvent> out(std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
   ready_.clear();
   return out;
+}
+
+void EnvProcess::take_lines() {
+  for (size_t nl; (nl = out_buffer_.find('\n')) != std::string::npos;) {
+    std::string line = out_buffer_.substr(0, nl);
+    out_buffer_.erase(0, nl + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    int64_t id = -1;
+    nlohmann::json parsed;
+    std::string problem;
+    if (!answer_id(line, id, parsed, problem))
+      return fail_all("answered '" + runtime::one_line(line) + "': " + problem);
+    const auto it = pending_.find(id);
+    if (it == pending_.end())
+      return fail_all("printed '" + runtime::one_line(line) + "', an answer to no open request (id " +
+                      std::to_string(id) + "): a stray line");
+    const Pending p = it->second;
+    pending_.erase(it);
+    if (p.episode.empty()) continue;  // a close, acknowledged
+    EnvEvent event{p.episode, p.reset, {}, std::nullopt};
+    if (!read_answer(parsed, p.reset, event.answer, problem))
+      return fail_all("answered '" + runtime::one_line(line) + "' for episode " + p.episode + ": " + problem);
+    ready_.push_back(std::move(event));
+  }
 }
 
 }  // namespace tandem::env

@@ -52,6 +52,8 @@ class EnvProcess : public Environment {
   void send(int64_t id, Pending pending, const std::string& line);
   // Reads what is there; returns false when stdout reached EOF.
   bool read_out();
+  // Turns the complete lines read so far into events (or fails them all on a protocol breach).
+  void take_lines();
   // Fails every episode the process held (pending or open), restarts it and re-greets.
   void fail_all(const std::string& why);
   std::string describe(const std::string& what) const;

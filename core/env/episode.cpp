@@ -28,7 +28,8 @@ std::string ConversationFormat::render(const ojson& messages, bool add_generatio
   return chat_template->render(messages, add_generation_prompt, tools, extra);
 }
 
-Episode::Episode(const ConversationFormat& format, ojson first) : format_(format), messages_(std::move(first)) {
+Episode::Episode(const ConversationFormat& format, ojson first, int64_t max_tokens)
+    : format_(format), messages_(std::move(first)), max_tokens_(max_tokens) {
   if (!format_.chat_template || !format_.tokenizer)
     throw UserError("multi-turn episodes need a chat template (tracks.ar.data.chat_template) and a tokenizer");
   append(format_.tokenizer->encode(format_.render(messages_, true)), TokenSource::kPrompt);
@@ -74,18 +75,26 @@ std::string Episode::add_model_turn(const std::vector<int64_t>& sampled, bool en
     const std::string stop = format_.tokenizer->decode({sampled.back()});
     if (closing.compare(0, stop.size(), stop) == 0) closing.erase(0, stop.size());
   }
-  if (!closing.empty()) append(format_.tokenizer->encode(closing), TokenSource::kTemplate);
+  if (!closing.empty()) {
+    std::vector<int64_t> ids = format_.tokenizer->encode(closing);
+    const int64_t room = std::max<int64_t>(0, max_tokens_ - static_cast<int64_t>(tokens_.size()));
+    if (static_cast<int64_t>(ids.size()) > room) ids.resize(static_cast<size_t>(room));
+    append(ids, TokenSource::kTemplate);
+  }
   messages_.push_back(ojson{{"role", "assistant"}, {"content", text}});
   return text;
 }
 
-void Episode::add_observation(const ojson& messages) {
+bool Episode::add_observation(const ojson& messages) {
   const std::string before = format_.render(messages_, false);
   ojson next = messages_;
   for (const auto& m : messages) next.push_back(m);
   const std::string delta = extension(before, format_.render(next, true), "after an assistant turn");
-  append(format_.tokenizer->encode(delta), TokenSource::kEnv);
+  const std::vector<int64_t> ids = format_.tokenizer->encode(delta);
+  if (static_cast<int64_t>(tokens_.size() + ids.size()) > max_tokens_) return false;
+  append(ids, TokenSource::kEnv);
   messages_ = std::move(next);
+  return true;
 }
 
 }  // namespace tandem::env

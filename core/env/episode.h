@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -40,20 +41,23 @@ struct NotAppendOnly : std::runtime_error {
 class Episode {
  public:
   // Renders `first` (the environment's first messages, after an optional system message) with the
-  // generation prompt: the prompt tokens.
-  Episode(const ConversationFormat& format, nlohmann::ordered_json first);
+  // generation prompt: the prompt tokens. The sequence never grows past `max_tokens` after them.
+  Episode(const ConversationFormat& format, nlohmann::ordered_json first,
+          int64_t max_tokens = std::numeric_limits<int64_t>::max());
 
   // The model's turn: `sampled` are the sampler's ids, with the stop id it ended on when
   // `ended_by_stop_id`. They are appended as they are (kModel). Then the template's closing text
   // after an assistant message (e.g. "<|im_end|>\n"), less the stop token the model did emit, is
   // appended as kTemplate: after a stop string or a length cut the end-of-turn token is added
-  // here. Returns the turn's text (the ids decoded, the final stop id left out), which is what the
+  // here (as much of it as max_tokens leaves room for: the episode cannot go on then anyway).
+  // Returns the turn's text (the ids decoded, the final stop id left out), which is what the
   // environment and the conversation get.
   std::string add_model_turn(const std::vector<int64_t>& sampled, bool ended_by_stop_id);
 
   // The environment's messages, appended as the template renders them after the conversation so
-  // far, with the next generation prompt (kEnv). Throws NotAppendOnly.
-  void add_observation(const nlohmann::ordered_json& messages);
+  // far, with the next generation prompt (kEnv). Returns false, appending nothing, when they would
+  // take the sequence past max_tokens. Throws NotAppendOnly.
+  bool add_observation(const nlohmann::ordered_json& messages);
 
   const std::vector<int64_t>& tokens() const { return tokens_; }
   const std::vector<TokenSource>& sources() const { return sources_; }
@@ -74,6 +78,7 @@ class Episode {
   std::vector<TokenSource> sources_;
   std::vector<std::pair<int64_t, int64_t>> turns_;
   int64_t prompt_tokens_ = 0;
+  int64_t max_tokens_;
 };
 
 }  // namespace tandem::env

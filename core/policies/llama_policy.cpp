@@ -3,6 +3,7 @@
 
 #include <type_traits>
 
+#include "models/llama/turn_sampler.h"
 #include "models/llama/weights.h"
 
 namespace tandem {
@@ -80,6 +81,40 @@ std::vector<models::Generation> LlamaPolicy::generate(const std::vector<models::
   std::optional<parallel::LoraOffGuard> off;
   if (adapters_off_) off.emplace();
   return models::generate(*model_, requests, params);
+}
+
+namespace {
+
+// models::TurnSampler behind the runner's interface.
+class LlamaTurns : public env::TurnGenerator {
+ public:
+  LlamaTurns(models::LlamaForCausalLMImpl& model, const models::SamplingParams& params, int64_t slots, int64_t capacity)
+      : sampler_(model, params, slots, capacity) {}
+  void start(int64_t id, const std::vector<int64_t>& prompt, uint64_t seed, int64_t max_new) override {
+    sampler_.start(id, prompt, seed, max_new);
+  }
+  void resume(int64_t id, const std::vector<int64_t>& forced, int64_t max_new) override {
+    sampler_.resume(id, forced, max_new);
+  }
+  void finish(int64_t id) override { sampler_.finish(id); }
+  std::vector<env::GeneratedTurn> step() override {
+    std::vector<env::GeneratedTurn> out;
+    for (auto& r : sampler_.step())
+      out.push_back({r.id, std::move(r.turn.tokens), std::move(r.turn.logp), r.turn.stopped});
+    return out;
+  }
+  bool busy() const override { return sampler_.live() + sampler_.waiting() > 0; }
+
+ private:
+  models::TurnSampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<env::TurnGenerator> LlamaPolicy::turn_generator(const models::SamplingParams& params, int64_t slots,
+                                                                int64_t capacity) {
+  if (adapters_off_) throw std::logic_error("the KL reference does not generate");
+  return std::make_unique<LlamaTurns>(*model_, params, slots, capacity);
 }
 
 void LlamaPolicy::save(const std::string& dir, bool write) {

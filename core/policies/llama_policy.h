@@ -34,6 +34,8 @@ class LlamaPolicy final : public TextPolicy {
   std::vector<torch::Tensor> parameters() override;
   std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
                                            const models::SamplingParams& params) override;
+  std::unique_ptr<env::TurnGenerator> turn_generator(const models::SamplingParams& params, int64_t slots,
+                                                     int64_t capacity) override;
   void save(const std::string& dir, bool write) override;
   void load(const std::string& dir) override;
   std::unique_ptr<TextPolicy> frozen_copy() override;

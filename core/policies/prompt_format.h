@@ -52,6 +52,9 @@ class PromptFormat {
   bool templated() const { return chat_template_ != nullptr; }
   // The template came from a file of the recipe's (not the tokenizer's own configuration).
   bool template_from_file() const { return templated() && from_file_; }
+  const models::ChatTemplate* chat_template() const { return chat_template_.get(); }  // null without one
+  const std::string& template_kwargs() const { return template_kwargs_; }             // a JSON object
+  const std::optional<std::string>& system_prompt() const { return system_prompt_; }
   const std::string& template_source() const;                              // "" without a template
   const std::string& template_origin() const { return template_origin_; }  // the file it came from
   // Every id that ends a response, without repeats: tokenizer EOS, template eos_token, model ids.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+#include "core/env/turn_generator.h"
 #include "core/grpo/policy_update.h"
 #include "models/llama/sampler.h"
 
@@ -17,6 +19,13 @@ class TextPolicy : public PolicyModel {
   // One response per request (models/llama/sampler.h's contract). Collective over tp.
   virtual std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
                                                    const models::SamplingParams& params) = 0;
+  // Multi-turn episodes (tracks.ar.env): turns sampled on a KV cache of `slots` sequences of up
+  // to `capacity` tokens that survives between turns. Throws UserError for a policy without one.
+  virtual std::unique_ptr<env::TurnGenerator> turn_generator(const models::SamplingParams& params, int64_t slots,
+                                                             int64_t capacity) {
+    (void)params, (void)slots, (void)capacity;
+    throw UserError("this policy samples one response per prompt: multi-turn episodes need the llama architecture");
+  }
   // The model's directory format under `dir` (written by the ranks that `write`), and back.
   virtual void save(const std::string& dir, bool write) = 0;
   virtual void load(const std::string& dir) = 0;

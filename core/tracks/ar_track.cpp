@@ -123,6 +123,33 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
   update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
   update_.tis_cap = ar.algo.tis_cap;
+  if (ar.env.enabled() && !rollout_only) setup_env();
+}
+
+models::SamplingParams ArTrack::sampling_params() const {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  models::SamplingParams sp;
+  sp.temperature = ar.rollout.temperature;
+  sp.top_p = ar.rollout.top_p;
+  sp.top_k = ar.rollout.top_k;
+  sp.max_new_tokens = ar.rollout.max_new_tokens;
+  sp.max_batch = ar.rollout.max_batch;
+  sp.max_live = ar.rollout.max_live;
+  sp.vocab_limit = std::min(tokenizer_->vocab_size(), ar.model.vocab_size);
+  sp.stop_ids = format_->stop_ids();
+  sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
+  add_stop_strings(ar.rollout.stop, sp);
+  return sp;
+}
+
+void ArTrack::add_stop_strings(const std::vector<std::string>& stops, models::SamplingParams& sp) const {
+  for (const std::string& s : stops) {
+    const auto ids = tokenizer_->encode(s);
+    if (ids.size() == 1)
+      sp.stop_ids.push_back(ids[0]);
+    else if (!ids.empty())
+      sp.stop_sequences.push_back(ids);
+  }
 }
 
 std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
@@ -134,24 +161,9 @@ std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
 std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                                MetricMap& metrics) {
   const ArTrackConfig& ar = config_.tracks.ar;
+  if (env_) return generate_episodes(step, shard, metrics);
   const auto t0 = std::chrono::steady_clock::now();
-  models::SamplingParams sp;
-  sp.temperature = ar.rollout.temperature;
-  sp.top_p = ar.rollout.top_p;
-  sp.top_k = ar.rollout.top_k;
-  sp.max_new_tokens = ar.rollout.max_new_tokens;
-  sp.max_batch = ar.rollout.max_batch;
-  sp.max_live = ar.rollout.max_live;
-  sp.vocab_limit = std::min(tokenizer_->vocab_size(), ar.model.vocab_size);
-  sp.stop_ids = format_->stop_ids();
-  sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
-  for (const std::string& s : ar.rollout.stop) {
-    const auto ids = tokenizer_->encode(s);
-    if (ids.size() == 1)
-      sp.stop_ids.push_back(ids[0]);
-    else if (!ids.empty())
-      sp.stop_sequences.push_back(ids);
-  }
+  const models::SamplingParams sp = sampling_params();
   std::vector<models::GenerationRequest> requests;
   std::vector<std::vector<int64_t>> prompt_ids;
   for (const auto& p : shard) {
@@ -216,6 +228,21 @@ std::vector<nlohmann::json> ArTrack::sample_records(int64_t groups) const {
                    {"reward", s.reward},
                    {"advantage", s.advantage},
                    {"response_tokens", s.response_len()}});
+    if (env_) {
+      // An episode's response holds the environment's turns too: its trained (model) runs apart.
+      std::vector<std::string> turns;
+      std::vector<int64_t> run;
+      for (int64_t t = 0; t <= s.response_len(); ++t) {
+        if (t < s.response_len() && s.response_mask[static_cast<size_t>(t)]) {
+          run.push_back(s.tokens[static_cast<size_t>(s.prompt_len + t)]);
+        } else if (!run.empty()) {
+          turns.push_back(tokenizer_->decode(run, /*skip_special=*/false));
+          run.clear();
+        }
+      }
+      out.back()["model_turns"] = turns;
+      out.back()["action_tokens"] = s.action_tokens();
+    }
   }
   return out;
 }

@@ -10,6 +10,8 @@
 #include "core/batch/exchange.h"
 #include "core/config/config.h"
 #include "core/config/model_dir.h"
+#include "core/env/environment.h"
+#include "core/env/episode.h"
 #include "core/eval/ar_eval.h"
 #include "core/grpo/policy_update.h"
 #include "core/policies/prompt_format.h"
@@ -77,6 +79,13 @@ class ArTrack final : public Track {
   struct Chunk;  // one mini-batch's groups under train.overlap (ar_overlap.cpp)
   std::vector<ArSample> generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard, MetricMap& metrics);
   std::vector<ArSample> receive_rollout(int64_t step, MetricMap& metrics);
+  models::SamplingParams sampling_params() const;
+  void add_stop_strings(const std::vector<std::string>& stops, models::SamplingParams& sp) const;
+  // Multi-turn episodes (tracks.ar.env, ar_episodes.cpp): the environment and the conversation
+  // format, then one step's episodes as samples (model tokens trained, the rest masked).
+  void setup_env();
+  std::vector<ArSample> generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
+                                          MetricMap& metrics);
   void rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics);
   void set_advantages(std::vector<ArSample>& local) const;
   ScheduleOptions schedule_options() const;
@@ -114,6 +123,8 @@ class ArTrack final : public Track {
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one
   std::unique_ptr<tasks::PromptSource> prompts_;
   std::unique_ptr<rewards::RewardFn> reward_;
+  std::unique_ptr<env::Environment> env_;  // tracks.ar.env, when on
+  std::unique_ptr<env::ConversationFormat> conversation_;
   UpdateOptions update_;
   MicroGeometry geometry_;
 

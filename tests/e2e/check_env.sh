@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Multi-turn episodes as users run them ([21]), under mpirun -np 2 with the real Qwen2.5 tokenizer and
+# chat template (tests/e2e/tiny_env.yaml, a tiny random model):
+#   - the built-in guess environment: episodes of several turns train (env/turns_mean > 1, none failed),
+#     and samples/ shows each episode's model turns apart;
+#   - the shipped Python example environment (docs/env_example.py) as env.command drives a run;
+#   - a command environment that crashes, answers garbage, prints a stray line or hangs on one episode
+#     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
+#   - one whose every episode fails stops the run with exit 2 naming env.max_failed_fraction;
+#   - no environment process outlives its run.
+#   check_env.sh TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE   (exit 77: no tokenizer files)
+set -u
+tandem=$1; mpirun=$2; root=$3; tok=$4/qwen2_5
+if [ ! -f "$tok/tokenizer.json" ]; then
+  echo "SKIP: the qwen2_5 tokenizer files are not in $tok (scripts/fixtures/fetch_tokenizers.sh puts them there)"
+  exit 77
+fi
+py=${TANDEM_PYTHON:-python3}
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+run() {  # NAME [--set ...]: exit status of the run
+  local name=$1; shift
+  timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
+    --config "$root/tests/e2e/tiny_env.yaml" --set run.out_dir="$out/runs" --set run.name="$name" \
+    --set tracks.ar.tokenizer.path="$tok/tokenizer.json" "$@" >"$out/$name.log" 2>&1
+}
+metric() {  # NAME KEY: the last value of KEY in the run's metrics.jsonl
+  "$py" - "$out/runs/$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+vals = [r[sys.argv[2]] for r in rows if sys.argv[2] in r]
+print(vals[-1] if vals else "missing")
+PY
+}
+
+if run guess; then
+  turns=$(metric guess ar/env/turns_mean); failed=$(metric guess ar/env/failed)
+  if "$py" -c "import sys; sys.exit(0 if float('$turns') > 1 and float('$failed') == 0 else 1)" 2>/dev/null; then
+    ok "guess: 2 steps of multi-turn episodes trained (env/turns_mean $turns, env/failed $failed)"
+  else
+    bad "guess: env/turns_mean $turns, env/failed $failed"
+  fi
+  if grep -rqs '"model_turns"' "$out/runs/guess/samples"; then ok "samples/ shows the episodes' model turns"
+  else bad "samples/ has no model_turns: $(ls "$out/runs/guess")"; fi
+else
+  bad "guess run: $(tail -15 "$out/guess.log")"
+fi
+
+if run example --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $root/docs/env_example.py"; then
+  ok "the Python example environment drives a run (env/episodes $(metric example ar/env/episodes))"
+else
+  bad "example environment run: $(tail -15 "$out/example.log")"
+fi
+
+# A fake environment: episodes end after one step with a reward, except the first member of prompt
+# slot 0, whose step is held until every other episode this process held is closed; then it
+# misbehaves as MODE (so it alone is held when it does).
+cat >"$out/fake_env.py" <<'PY'
+import json, sys, time
+mode, live, held = sys.argv[1], set(), None
+def out(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def misbehave(rid):
+    if mode == "crash": sys.stderr.write("fake env: crashing\n"); sys.exit(3)
+    if mode == "garbage": print("oops", flush=True)
+    if mode == "stray": out({"id": 10**6})
+    if mode == "hang": time.sleep(1000)
+for line in sys.stdin:
+    req = json.loads(line)
+    kind, rid = req["type"], req["id"]
+    if kind == "hello":
+        out({"id": rid, "name": "fake", "tools": [], "max_turns": 4, "stop": []}); continue
+    ep = req["episode"]
+    if kind == "close":
+        live.discard(ep); out({"id": rid})
+        if held is not None and live == {held[0]}: misbehave(held[1]); held = None
+        continue
+    if kind == "reset":
+        if mode == "crash-all": sys.exit(5)
+        live.add(ep); out({"id": rid, "messages": [{"role": "user", "content": "Say something."}]}); continue
+    if ep.endswith("-p0-m0"):
+        if live == {ep}: misbehave(rid)
+        else: held = (ep, rid)
+        continue
+    out({"id": rid, "messages": [], "reward": float(len(req["text"]) % 3), "done": True})
+PY
+for mode in crash garbage stray hang; do
+  if run "fake_$mode" --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py $mode" \
+       --set tracks.ar.env.timeout_s=3 --set tracks.ar.rollout.prompts_per_step=4; then
+    f=$(metric "fake_$mode" ar/env/failed); r=$(metric "fake_$mode" ar/env/restarts)
+    if "$py" -c "import sys; sys.exit(0 if float('$f') >= 1 and float('$r') >= 1 and float('$f') < 12 else 1)"; then
+      ok "an environment that goes $mode on one episode: that episode failed (env/failed $f, env/restarts $r), the run went on"
+    else
+      bad "$mode: env/failed $f, env/restarts $r"
+    fi
+  else
+    bad "$mode run: $(tail -15 "$out/fake_$mode.log")"
+  fi
+done
+
+run all_fail --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash-all"
+code=$?
+if [ $code -eq 2 ] && grep -q "more than env.max_failed_fraction" "$out/all_fail.log"; then
+  ok "every episode failing stops the run with exit 2: $(grep -o 'tracks.ar.env: [^;]*' "$out/all_fail.log" | head -1)"
+else
+  bad "all episodes failing: exit $code, $(tail -8 "$out/all_fail.log")"
+fi
+
+sleep 1
+if pgrep -f "$out/fake_env.py" >/dev/null || pgrep -f "docs/env_example.py" >/dev/null; then
+  bad "environment processes outlived their runs: $(pgrep -af 'fake_env.py|env_example.py')"
+else
+  ok "no environment process outlived its run"
+fi
+exit $fail
