@@ -79,6 +79,10 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
     EvalSubject s = subject(a);
     Config& c = s.config;
     if (!c.tracks.ar.enabled) throw UserError("eval: the recipe has no AR track to evaluate");
+    if (c.tracks.ar.env.enabled())
+      throw UserError(
+          "eval: tracks.ar.env is on, and `tandem eval` does not run episodes yet; the training run's "
+          "eval section does (ar/eval/success, ar/eval/turns_mean)");
     if (!c.eval.enabled()) c.eval.at_start = true;  // asked to evaluate: the section's settings, once
     const RankRuntime rt = setup_rank_runtime(c.run, mpi.local_rank(), mpi.local_size());
     const std::unique_ptr<models::Tokenizer> tokenizer =

@@ -215,10 +215,6 @@ void validate_env(const Config& c) {
           "train.overlap to false" +
               why);
   require(!ar.rollout.replay_dir, "tracks.ar.rollout.replay_dir", "replays single-turn rollouts; leave it out" + why);
-  require(!c.eval.enabled(), "eval",
-          "evaluates single-turn responses; multi-turn evaluation is not built yet: "
-          "leave the eval section out" +
-              why);
   const int64_t cap = e.max_tokens.value_or(ar.model.max_seq_len);
   require(cap <= ar.model.max_seq_len, "tracks.ar.env.max_tokens",
           std::to_string(cap) + " exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len));

@@ -45,7 +45,8 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   for (int64_t i = 0; i < n; ++i) prompts_.push_back(source->next());
 }
 
-MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp) {
+MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp,
+                                const EpisodeEval* episodes) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t k = eval_.samples_per_prompt, rank = dp.rank(), size = dp.size();
   const auto count = static_cast<int64_t>(prompts_.size());
@@ -65,8 +66,51 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   // the same batch at any dp: the same numbers, not just the same distribution.
   std::vector<int64_t> mine;  // positions in prompts_ of this rank's prompts, in order
   std::vector<models::Generation> out, best;
+  if (episodes) {
+    for (const auto& s : episodes->stop) {
+      const auto ids = tokenizer_.encode(s);
+      if (ids.size() == 1) sp.stop_ids.push_back(ids[0]), greedy.stop_ids.push_back(ids[0]);
+      if (ids.size() > 1) sp.stop_sequences.push_back(ids), greedy.stop_sequences.push_back(ids);
+    }
+  }
+  std::vector<double> scores;    // per sample of this rank: k sampled then greedy, per prompt
+  double turns = 0, failed = 0;  // over this rank's sampled episodes
+  const int64_t evaluation = evaluations_++;
   for (int64_t first = rank * kEvalChunkPrompts; first < count; first += size * kEvalChunkPrompts) {
     std::vector<models::GenerationRequest> sampled, argmax;
+    if (episodes) {
+      // The chunk's episodes: k sampled and one greedy per prompt, the environment seeded per prompt.
+      std::vector<env::EpisodeSpec> specs[2];
+      for (int64_t p = first; p < std::min(count, first + kEvalChunkPrompts); ++p) {
+        mine.push_back(p);
+        const nlohmann::json row{{"prompt", prompts_[p].text}, {"answer", prompts_[p].answer}};
+        const uint64_t env_seed =
+            models::sample_seed(static_cast<uint64_t>(seed_) ^ kEvalSeedSalt, 0, prompts_[p].id, -1);
+        const std::string id = "eval" + std::to_string(evaluation) + "-p" + std::to_string(prompts_[p].id) + "-";
+        for (int64_t j = 0; j < k; ++j)
+          specs[0].push_back({id + std::to_string(j), row, env_seed,
+                              models::sample_seed(static_cast<uint64_t>(seed_) ^ kEvalSeedSalt, 0, prompts_[p].id, j)});
+        specs[1].push_back({id + "greedy", row, env_seed, 0});
+      }
+      std::vector<env::EpisodeOutcome> outs[2];
+      for (int g = 0; g < 2; ++g) {
+        const auto gen = policy.turn_generator(
+            g == 0 ? sp : greedy, std::min<int64_t>(episodes->slots, static_cast<int64_t>(specs[g].size())),
+            episodes->limits.max_tokens);
+        outs[g] = env::run_episodes(*episodes->env, *gen, *episodes->format, specs[g], episodes->limits,
+                                    format_->stop_ids(), format_->system_prompt());
+      }
+      for (size_t i = 0; i < specs[1].size(); ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          const env::EpisodeOutcome& o = outs[0][i * static_cast<size_t>(k) + static_cast<size_t>(j)];
+          scores.push_back(o.end == env::EpisodeEnd::kFailed ? 0.0 : o.reward);
+          turns += o.turns;
+          failed += o.end == env::EpisodeEnd::kFailed ? 1 : 0;
+        }
+        scores.push_back(outs[1][i].end == env::EpisodeEnd::kFailed ? 0.0 : outs[1][i].reward);
+      }
+      continue;
+    }
     for (int64_t p = first; p < std::min(count, first + kEvalChunkPrompts); ++p) {
       const std::vector<int64_t> ids = format_->encode(prompts_[p].text);
       if (static_cast<int64_t>(ids.size()) + max_new_tokens_ > policy.max_seq_len())
@@ -82,14 +126,16 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
     for (auto& g : policy.generate(sampled, sp)) out.push_back(std::move(g));
     for (auto& g : policy.generate(argmax, greedy)) best.push_back(std::move(g));
   }
-  std::vector<rewards::RewardInput> inputs;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const tasks::Prompt& p = prompts_[mine[i]];
-    for (int64_t j = 0; j < k; ++j)
-      inputs.push_back({p.text, tokenizer_.decode(out[i * k + j].tokens, true), p.answer, mine[i] * (k + 1) + j});
-    inputs.push_back({p.text, tokenizer_.decode(best[i].tokens, true), p.answer, mine[i] * (k + 1) + k});
+  if (!episodes) {
+    std::vector<rewards::RewardInput> inputs;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const tasks::Prompt& p = prompts_[mine[i]];
+      for (int64_t j = 0; j < k; ++j)
+        inputs.push_back({p.text, tokenizer_.decode(out[i * k + j].tokens, true), p.answer, mine[i] * (k + 1) + j});
+      inputs.push_back({p.text, tokenizer_.decode(best[i].tokens, true), p.answer, mine[i] * (k + 1) + k});
+    }
+    scores = reward.score(inputs);
   }
-  const std::vector<double> scores = reward.score(inputs);
   // Per prompt: the reward sum of its k samples, how many are correct, whether greedy is.
   torch::Tensor per = torch::zeros({count, 3}, torch::kFloat64);  // (P, 3)
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -102,6 +148,8 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
     per[mine[i]][2] = scores[i * (k + 1) + k] >= eval_.correct_at ? 1.0 : 0.0;
   }
   dp.all_reduce(per);
+  torch::Tensor episode_sums = torch::tensor({turns, failed}, torch::kFloat64);  // (2)
+  if (episodes) dp.all_reduce(episode_sums);
   double reward_sum = 0, greedy_correct = 0;
   std::vector<int64_t> correct;
   for (int64_t p = 0; p < count; ++p) {
@@ -114,6 +162,11 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   m["eval/pass@1_greedy"] = count > 0 ? greedy_correct / static_cast<double>(count) : 0;
   for (int64_t j = 1; j <= k; ++j) m["eval/pass@" + std::to_string(j)] = mean_pass_at_k(k, correct, j);
   m["eval/prompts"] = static_cast<double>(count);
+  if (episodes && count > 0) {
+    m["eval/turns_mean"] = episode_sums[0].item<double>() / static_cast<double>(count * k);
+    m["eval/failed"] = episode_sums[1].item<double>();
+    m["eval/success"] = m["eval/pass@1"];
+  }
   m["eval/time_s"] = seconds_since(t0);
   return m;
 }

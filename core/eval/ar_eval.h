@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/env/episode_runner.h"
 #include "core/policies/prompt_format.h"
 #include "core/policies/text_policy.h"
 #include "core/rewards/reward_fn.h"
@@ -16,6 +17,15 @@
 #include "parallel/communicator.h"
 
 namespace tandem {
+
+// Multi-turn evaluation (tracks.ar.env): each sample is an episode with the track's environment.
+struct EpisodeEval {
+  env::Environment* env = nullptr;
+  const env::ConversationFormat* format = nullptr;
+  env::EpisodeLimits limits;
+  std::vector<std::string> stop;  // the environment's stop strings
+  int64_t slots = 64;
+};
 
 class ArEvaluator {
  public:
@@ -26,8 +36,11 @@ class ArEvaluator {
   // Collective over `dp` (tp / cp peers of a rank call it with the same arguments and generate
   // together): dp rank r takes the prompts p with p % dp_size == r. Returns, unprefixed:
   // eval/reward_mean (over every sampled response), eval/pass@1_greedy, eval/pass@k for k = 1..n,
-  // eval/prompts, eval/time_s.
-  MetricMap evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp);
+  // eval/prompts, eval/time_s. With `episodes` every response is an episode scored by its summed
+  // step rewards (`reward` is not used), and eval/turns_mean, eval/success (the sampled episodes'
+  // fraction at correct_at or more) and eval/failed (episodes that failed) are added.
+  MetricMap evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp,
+                     const EpisodeEval* episodes = nullptr);
 
   int64_t prompt_count() const { return static_cast<int64_t>(prompts_.size()); }
 
@@ -43,6 +56,7 @@ class ArEvaluator {
   const models::Tokenizer& tokenizer_;
   std::unique_ptr<PromptFormat> format_;
   std::vector<tasks::Prompt> prompts_;
+  int64_t evaluations_ = 0;  // names episodes apart across evaluations
 };
 
 }  // namespace tandem

@@ -55,6 +55,17 @@ void ArTrack::setup_env() {
                e.max_tokens.value_or(config_.tracks.ar.model.max_seq_len));
 }
 
+env::EpisodeLimits ArTrack::episode_limits() const {
+  const ArTrackConfig& ar = config_.tracks.ar;
+  const ArEnvConfig& e = ar.env;
+  const int hello_turns = env_->hello().max_turns;
+  env::EpisodeLimits limits;
+  limits.max_turns = e.max_turns > 0 ? static_cast<int>(std::min<int64_t>(e.max_turns, hello_turns)) : hello_turns;
+  limits.max_turn_tokens = e.max_turn_tokens.value_or(ar.rollout.max_new_tokens);
+  limits.max_tokens = e.max_tokens.value_or(ar.model.max_seq_len);
+  return limits;
+}
+
 std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                                  MetricMap& metrics) {
   const ArTrackConfig& ar = config_.tracks.ar;
@@ -63,11 +74,7 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
   const env::EnvHello& hello = env_->hello();
   models::SamplingParams sp = sampling_params();
   add_stop_strings(hello.stop, sp);
-  env::EpisodeLimits limits;
-  limits.max_turns =
-      e.max_turns > 0 ? static_cast<int>(std::min<int64_t>(e.max_turns, hello.max_turns)) : hello.max_turns;
-  limits.max_turn_tokens = e.max_turn_tokens.value_or(ar.rollout.max_new_tokens);
-  limits.max_tokens = e.max_tokens.value_or(ar.model.max_seq_len);
+  const env::EpisodeLimits limits = episode_limits();
 
   std::vector<env::EpisodeSpec> specs;
   for (const auto& p : shard) {

@@ -250,7 +250,15 @@ std::vector<nlohmann::json> ArTrack::sample_records(int64_t groups) const {
 MetricMap ArTrack::evaluate(const std::string&, int64_t) {
   if (!evaluator_) return {};
   torch::NoGradGuard no_grad;
-  return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
+  if (!env_) return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
+  const ArTrackConfig& ar = config_.tracks.ar;
+  EpisodeEval episodes;
+  episodes.env = env_.get();
+  episodes.format = conversation_.get();
+  episodes.limits = episode_limits();
+  episodes.stop = env_->hello().stop;
+  episodes.slots = ar.env.slots;
+  return evaluator_->evaluate(*policy_, *reward_, *comms_.dp, &episodes);
 }
 
 bool ArTrack::share_in_training() const {

@@ -12,6 +12,7 @@
 #include "core/config/model_dir.h"
 #include "core/env/environment.h"
 #include "core/env/episode.h"
+#include "core/env/episode_runner.h"
 #include "core/eval/ar_eval.h"
 #include "core/grpo/policy_update.h"
 #include "core/policies/prompt_format.h"
@@ -84,6 +85,7 @@ class ArTrack final : public Track {
   // Multi-turn episodes (tracks.ar.env, ar_episodes.cpp): the environment and the conversation
   // format, then one step's episodes as samples (model tokens trained, the rest masked).
   void setup_env();
+  env::EpisodeLimits episode_limits() const;
   std::vector<ArSample> generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                           MetricMap& metrics);
   void rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics);

@@ -2,7 +2,8 @@
 # Multi-turn episodes as users run them ([21]), under mpirun -np 2 with the real Qwen2.5 tokenizer and
 # chat template (tests/e2e/tiny_env.yaml, a tiny random model):
 #   - the built-in guess environment: episodes of several turns train (env/turns_mean > 1, none failed),
-#     and samples/ shows each episode's model turns apart;
+#     the eval section plays episodes too (ar/eval/turns_mean, ar/eval/success), and samples/ shows
+#     each episode's model turns apart;
 #   - the shipped Python example environment (docs/env_example.py) as env.command drives a run;
 #   - a command environment that crashes, answers garbage, prints a stray line or hangs on one episode
 #     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
@@ -36,12 +37,18 @@ print(vals[-1] if vals else "missing")
 PY
 }
 
-if run guess; then
+if run guess --set eval.every=2 --set eval.samples_per_prompt=2 --set eval.max_prompts=3; then
   turns=$(metric guess ar/env/turns_mean); failed=$(metric guess ar/env/failed)
   if "$py" -c "import sys; sys.exit(0 if float('$turns') > 1 and float('$failed') == 0 else 1)" 2>/dev/null; then
     ok "guess: 2 steps of multi-turn episodes trained (env/turns_mean $turns, env/failed $failed)"
   else
     bad "guess: env/turns_mean $turns, env/failed $failed"
+  fi
+  eturns=$(metric guess ar/eval/turns_mean); success=$(metric guess ar/eval/success)
+  if "$py" -c "import sys; sys.exit(0 if float('$eturns') > 1 and 0 <= float('$success') <= 1 else 1)" 2>/dev/null; then
+    ok "the eval section runs episodes (ar/eval/turns_mean $eturns, ar/eval/success $success)"
+  else
+    bad "eval of episodes: ar/eval/turns_mean $eturns, ar/eval/success $success"
   fi
   if grep -rqs '"model_turns"' "$out/runs/guess/samples"; then ok "samples/ shows the episodes' model turns"
   else bad "samples/ has no model_turns: $(ls "$out/runs/guess")"; fi
