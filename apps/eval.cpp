@@ -13,6 +13,7 @@
 #include "core/rewards/reward_factory.h"
 #include "core/run/checkpoint.h"
 #include "core/run/rank_runtime.h"
+#include "core/tracks/episode_setup.h"
 #include "core/tracks/lora_checkpoint.h"
 #include "core/trainer/preflight.h"
 #include "models/tokenizers/tokenizer.h"
@@ -79,10 +80,6 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
     EvalSubject s = subject(a);
     Config& c = s.config;
     if (!c.tracks.ar.enabled) throw UserError("eval: the recipe has no AR track to evaluate");
-    if (c.tracks.ar.env.enabled())
-      throw UserError(
-          "eval: tracks.ar.env is on, and `tandem eval` does not run episodes yet; the training run's "
-          "eval section does (ar/eval/success, ar/eval/turns_mean)");
     if (!c.eval.enabled()) c.eval.at_start = true;  // asked to evaluate: the section's settings, once
     const RankRuntime rt = setup_rank_runtime(c.run, mpi.local_rank(), mpi.local_size());
     const std::unique_ptr<models::Tokenizer> tokenizer =
@@ -97,8 +94,17 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
     const auto reward =
         rewards::make_reward(c.tracks.ar.reward.kind, c.tracks.ar.reward.command, c.tracks.ar.reward.timeout_s);
     auto world = parallel::make_mpi_communicator(MPI_COMM_WORLD, "eval", c.parallel.timeout_s);
+    // tracks.ar.env: every response is an episode with the recipe's environment (one per rank).
+    std::unique_ptr<PromptFormat> format;
+    std::unique_ptr<EpisodeSetup> episodes;
+    EpisodeEval episode_eval;
+    if (c.tracks.ar.env.enabled()) {
+      format = std::make_unique<PromptFormat>(prompt_format_options(c.tracks.ar), *tokenizer);
+      episodes = std::make_unique<EpisodeSetup>(make_episode_setup(c, *format, *tokenizer, {}));
+      episode_eval = episodes->eval(c.tracks.ar.env.slots);
+    }
     torch::NoGradGuard no_grad;
-    const MetricMap m = evaluator.evaluate(*policy, *reward, *world);
+    const MetricMap m = evaluator.evaluate(*policy, *reward, *world, episodes ? &episode_eval : nullptr);
     if (mpi.rank() == 0) {
       nlohmann::json out(m);
       out["source"] = s.weights;

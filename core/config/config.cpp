@@ -204,10 +204,6 @@ void validate_env(const Config& c) {
           "episodes run on the llama architecture's KV-cache sampler; arch unified has none" + why);
   require(ar.tokenizer.kind == TokenizerKind::kHf && ar.data.chat_template != "none", "tracks.ar.env.name",
           "episodes are rendered by the model's chat template: use an hf tokenizer with a chat template" + why);
-  require(c.parallel.tp == 1 && c.parallel.cp == 1, "tracks.ar.env.name",
-          "episodes are generated without tp or cp peers for now (each rank talks to its own environment): "
-          "set parallel.tp and parallel.cp to 1" +
-              why);
   require(c.parallel.rollout_ranks == 0, "tracks.ar.env.name",
           "episodes are generated on the training ranks for now: set parallel.rollout_ranks to 0" + why);
   require(!c.train.overlap, "tracks.ar.env.name",

@@ -7,11 +7,10 @@
 #include <chrono>
 
 #include "common/error.h"
-#include "core/env/builtin_envs.h"
-#include "core/env/env_process.h"
 #include "core/env/episode_runner.h"
 #include "core/run/metric_reduction.h"
 #include "core/tracks/ar_track.h"
+#include "core/tracks/episode_setup.h"
 #include "models/llama/sampler.h"
 
 namespace tandem {
@@ -22,48 +21,13 @@ double seconds_from(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "none" : out;
-}
-
 }  // namespace
 
 void ArTrack::setup_env() {
-  const ArEnvConfig& e = config_.tracks.ar.env;
-  if (!format_->templated())
-    throw UserError("tracks.ar.env.name " + e.name +
-                    ": episodes are rendered by the model's chat template, and this tokenizer has none "
-                    "(set tracks.ar.data.chat_template to a Jinja file)");
-  if (e.name == "command")
-    env_ = std::make_unique<env::EnvProcess>(env::EnvProcessOptions{*e.command, e.timeout_s, true});
-  else
-    env_ = std::make_unique<env::InProcessEnv>(env::make_builtin_env(e.name));
-  const env::EnvHello& hello = env_->hello();
-  nlohmann::ordered_json tools = hello.tools.empty() ? nlohmann::ordered_json(nullptr) : hello.tools;
-  conversation_ = std::make_unique<env::ConversationFormat>(
-      env::ConversationFormat{format_->chat_template(), tokenizer_.get(), std::move(tools),
-                              nlohmann::json::parse(format_->template_kwargs()), format_->template_origin()});
-  std::vector<std::string> tool_names;
-  for (const auto& t : hello.tools)
-    tool_names.push_back(t.value("function", nlohmann::ordered_json::object()).value("name", "?"));
-  spdlog::info("ar env: {} ({}), tools: {}; max_turns {}, stop strings: {}; {} tokens per turn, {} per episode",
-               hello.name, e.name == "command" ? "'" + *e.command + "'" : "built in", joined(tool_names),
-               e.max_turns > 0 ? std::min<int64_t>(e.max_turns, hello.max_turns) : hello.max_turns, joined(hello.stop),
-               e.max_turn_tokens.value_or(config_.tracks.ar.rollout.max_new_tokens),
-               e.max_tokens.value_or(config_.tracks.ar.model.max_seq_len));
-}
-
-env::EpisodeLimits ArTrack::episode_limits() const {
-  const ArTrackConfig& ar = config_.tracks.ar;
-  const ArEnvConfig& e = ar.env;
-  const int hello_turns = env_->hello().max_turns;
-  env::EpisodeLimits limits;
-  limits.max_turns = e.max_turns > 0 ? static_cast<int>(std::min<int64_t>(e.max_turns, hello_turns)) : hello_turns;
-  limits.max_turn_tokens = e.max_turn_tokens.value_or(ar.rollout.max_new_tokens);
-  limits.max_tokens = e.max_tokens.value_or(ar.model.max_seq_len);
-  return limits;
+  std::vector<parallel::Communicator*> peers;
+  for (auto* g : {comms_.model_tp, comms_.model_cp})
+    if (g != nullptr && g->size() > 1) peers.push_back(g);
+  episodes_ = std::make_unique<EpisodeSetup>(make_episode_setup(config_, *format_, *tokenizer_, peers));
 }
 
 std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
@@ -71,10 +35,10 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
   const ArTrackConfig& ar = config_.tracks.ar;
   const ArEnvConfig& e = ar.env;
   const auto t0 = std::chrono::steady_clock::now();
-  const env::EnvHello& hello = env_->hello();
+  env::Environment& environment = *episodes_->env;
   models::SamplingParams sp = sampling_params();
-  add_stop_strings(hello.stop, sp);
-  const env::EpisodeLimits limits = episode_limits();
+  add_stop_strings(environment.hello().stop, sp);
+  const env::EpisodeLimits& limits = episodes_->limits;
 
   std::vector<env::EpisodeSpec> specs;
   for (const auto& p : shard) {
@@ -85,11 +49,11 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
       specs.push_back({"s" + std::to_string(step) + "-p" + std::to_string(p.slot) + "-m" + std::to_string(k), row,
                        env_seed, models::sample_seed(config_.run.seed, step, p.slot, k)});
   }
-  const int64_t restarts_before = env_->restarts();
+  const int64_t restarts_before = environment.restarts();
   auto generator =
       policy_->turn_generator(sp, std::min<int64_t>(e.slots, static_cast<int64_t>(specs.size())), limits.max_tokens);
-  const auto outcomes = env::run_episodes(*env_, *generator, *conversation_, specs, limits, format_->stop_ids(),
-                                          format_->system_prompt());
+  const auto outcomes = env::run_episodes(environment, *generator, *episodes_->conversation, specs, limits,
+                                          format_->stop_ids(), format_->system_prompt());
   metrics["time/generate_s"] += seconds_from(t0);
 
   std::vector<ArSample> samples;
@@ -119,7 +83,7 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
       s.policy_version = policy_version_;
       samples.push_back(std::move(s));
     }
-  r.sum("restarts", static_cast<double>(env_->restarts() - restarts_before));
+  r.sum("restarts", static_cast<double>(environment.restarts() - restarts_before));
   r.reduce(*comms_.dp);
   const double total = r["episodes"], failed = r["failed"], kept = total - failed;
   if (!first_failure.empty()) spdlog::warn("ar env step {}: an episode failed: {}", step, first_failure);

@@ -22,6 +22,7 @@
 #include "core/run/metric_reduction.h"
 #include "core/tasks/synthetic.h"
 #include "core/tasks/task_factory.h"
+#include "core/tracks/episode_setup.h"
 #include "core/tracks/lora_checkpoint.h"
 #include "core/tracks/track_metrics.h"
 #include "models/llama/sampler.h"
@@ -126,6 +127,8 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   if (ar.env.enabled() && !rollout_only) setup_env();
 }
 
+ArTrack::~ArTrack() = default;
+
 models::SamplingParams ArTrack::sampling_params() const {
   const ArTrackConfig& ar = config_.tracks.ar;
   models::SamplingParams sp;
@@ -161,7 +164,7 @@ std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {
 std::vector<ArSample> ArTrack::generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                                MetricMap& metrics) {
   const ArTrackConfig& ar = config_.tracks.ar;
-  if (env_) return generate_episodes(step, shard, metrics);
+  if (episodes_) return generate_episodes(step, shard, metrics);
   const auto t0 = std::chrono::steady_clock::now();
   const models::SamplingParams sp = sampling_params();
   std::vector<models::GenerationRequest> requests;
@@ -228,7 +231,7 @@ std::vector<nlohmann::json> ArTrack::sample_records(int64_t groups) const {
                    {"reward", s.reward},
                    {"advantage", s.advantage},
                    {"response_tokens", s.response_len()}});
-    if (env_) {
+    if (episodes_) {
       // An episode's response holds the environment's turns too: its trained (model) runs apart.
       std::vector<std::string> turns;
       std::vector<int64_t> run;
@@ -250,14 +253,8 @@ std::vector<nlohmann::json> ArTrack::sample_records(int64_t groups) const {
 MetricMap ArTrack::evaluate(const std::string&, int64_t) {
   if (!evaluator_) return {};
   torch::NoGradGuard no_grad;
-  if (!env_) return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
-  const ArTrackConfig& ar = config_.tracks.ar;
-  EpisodeEval episodes;
-  episodes.env = env_.get();
-  episodes.format = conversation_.get();
-  episodes.limits = episode_limits();
-  episodes.stop = env_->hello().stop;
-  episodes.slots = ar.env.slots;
+  if (!episodes_) return evaluator_->evaluate(*policy_, *reward_, *comms_.dp);
+  const EpisodeEval episodes = episodes_->eval(config_.tracks.ar.env.slots);
   return evaluator_->evaluate(*policy_, *reward_, *comms_.dp, &episodes);
 }
 

@@ -10,9 +10,6 @@
 #include "core/batch/exchange.h"
 #include "core/config/config.h"
 #include "core/config/model_dir.h"
-#include "core/env/environment.h"
-#include "core/env/episode.h"
-#include "core/env/episode_runner.h"
 #include "core/eval/ar_eval.h"
 #include "core/grpo/policy_update.h"
 #include "core/policies/prompt_format.h"
@@ -25,12 +22,15 @@
 
 namespace tandem {
 
+struct EpisodeSetup;  // episode_setup.h
+
 class ArTrack final : public Track {
  public:
   // rollout_only: a rollout rank's copy (parallel.rollout_ranks): no reference model; its dp is
   // the group of rollout ranks, which shard each step's prompts among themselves.
   ArTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
           bool rollout_only = false);
+  ~ArTrack() override;
   std::string name() const override { return "ar"; }
   std::vector<torch::Tensor> parameters() override { return policy_->parameters(); }
   std::vector<bool> tp_sharded() override { return policy_->tp_sharded(policy_->parameters()); }
@@ -85,7 +85,6 @@ class ArTrack final : public Track {
   // Multi-turn episodes (tracks.ar.env, ar_episodes.cpp): the environment and the conversation
   // format, then one step's episodes as samples (model tokens trained, the rest masked).
   void setup_env();
-  env::EpisodeLimits episode_limits() const;
   std::vector<ArSample> generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                           MetricMap& metrics);
   void rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics);
@@ -125,8 +124,7 @@ class ArTrack final : public Track {
   models::UnifiedModel unified_{nullptr};  // policy_'s model when it is the unified one
   std::unique_ptr<tasks::PromptSource> prompts_;
   std::unique_ptr<rewards::RewardFn> reward_;
-  std::unique_ptr<env::Environment> env_;  // tracks.ar.env, when on
-  std::unique_ptr<env::ConversationFormat> conversation_;
+  std::unique_ptr<EpisodeSetup> episodes_;  // tracks.ar.env, when on
   UpdateOptions update_;
   MicroGeometry geometry_;
 

@@ -4,6 +4,8 @@
 #   - the built-in guess environment: episodes of several turns train (env/turns_mean > 1, none failed),
 #     the eval section plays episodes too (ar/eval/turns_mean, ar/eval/success), and samples/ shows
 #     each episode's model turns apart;
+#   - under tp 2 and cp 2 the model's peers share one environment (its answers broadcast), and a
+#     crashing environment fails the same episode on both peers;
 #   - the shipped Python example environment (docs/env_example.py) as env.command drives a run;
 #   - a command environment that crashes, answers garbage, prints a stray line or hangs on one episode
 #     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
@@ -50,11 +52,34 @@ if run guess --set eval.every=2 --set eval.samples_per_prompt=2 --set eval.max_p
   else
     bad "eval of episodes: ar/eval/turns_mean $eturns, ar/eval/success $success"
   fi
+  if "$tandem" eval --checkpoint "$out/runs/guess" --set eval.max_prompts=2 --set eval.samples_per_prompt=2 \
+       --set "tracks.ar.tokenizer.path=$tok/tokenizer.json" >"$out/eval.log" 2>&1 \
+     && grep -q '"eval/turns_mean"' "$out/eval.log"; then
+    ok "tandem eval --checkpoint plays episodes: $(grep -o '"eval/success":[0-9.]*' "$out/eval.log"), $(grep -o '"eval/turns_mean":[0-9.]*' "$out/eval.log")"
+  else
+    bad "tandem eval on an episode run: $(tail -5 "$out/eval.log")"
+  fi
   if grep -rqs '"model_turns"' "$out/runs/guess/samples"; then ok "samples/ shows the episodes' model turns"
   else bad "samples/ has no model_turns: $(ls "$out/runs/guess")"; fi
 else
   bad "guess run: $(tail -15 "$out/guess.log")"
 fi
+
+# tp and cp: the model's peers generate together, one of them talks to the environment.
+for layout in "tp2 --set parallel.tp=2" "cp2 --set parallel.cp=2"; do
+  set -- $layout
+  name=$1; shift
+  if run "$name" --set tracks.ar.model.num_kv_heads=2 "$@"; then
+    turns=$(metric "$name" ar/env/turns_mean); failed=$(metric "$name" ar/env/failed)
+    if "$py" -c "import sys; sys.exit(0 if float('$turns') > 1 and float('$failed') == 0 else 1)" 2>/dev/null; then
+      ok "guess with $*: the peers share one environment (env/turns_mean $turns, env/failed $failed)"
+    else
+      bad "guess with $*: env/turns_mean $turns, env/failed $failed"
+    fi
+  else
+    bad "guess with $*: $(tail -15 "$out/$name.log")"
+  fi
+done
 
 if run example --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $root/docs/env_example.py"; then
   ok "the Python example environment drives a run (env/episodes $(metric example ar/env/episodes))"
@@ -107,6 +132,16 @@ for mode in crash garbage stray hang; do
     bad "$mode run: $(tail -15 "$out/fake_$mode.log")"
   fi
 done
+
+if run fake_crash_tp2 --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash" \
+     --set tracks.ar.rollout.prompts_per_step=4 --set parallel.tp=2 --set tracks.ar.model.num_kv_heads=2; then
+  f=$(metric fake_crash_tp2 ar/env/failed)
+  if "$py" -c "import sys; sys.exit(0 if float('$f') >= 1 else 1)"; then
+    ok "under tp 2 a crashing environment fails its episode on both peers alike, the run goes on (env/failed $f)"
+  else bad "crash under tp 2: env/failed $f"; fi
+else
+  bad "crash under tp 2: $(tail -15 "$out/fake_crash_tp2.log")"
+fi
 
 run all_fail --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash-all"
 code=$?
