@@ -9,6 +9,7 @@
 #   - the shipped Python example environment (docs/env_example.py) as env.command drives a run;
 #   - a command environment that crashes, answers garbage, prints a stray line or hangs on one episode
 #     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
+#   - resume is exact: killed after step 2 and resumed, step 3 equals 3 steps straight;
 #   - one whose every episode fails stops the run with exit 2 naming env.max_failed_fraction;
 #   - no environment process outlives its run.
 #   check_env.sh TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE   (exit 77: no tokenizer files)
@@ -113,7 +114,7 @@ for line in sys.stdin:
     if kind == "reset":
         if mode == "crash-all": sys.exit(5)
         live.add(ep); out({"id": rid, "messages": [{"role": "user", "content": "Say something."}]}); continue
-    if ep.endswith("-p0-m0"):
+    if ep.endswith("-p0-m0") and mode != "ok":
         if live == {ep}: misbehave(rid)
         else: held = (ep, rid)
         continue
@@ -141,6 +142,21 @@ if run fake_crash_tp2 --set tracks.ar.env.name=command --set "tracks.ar.env.comm
   else bad "crash under tp 2: env/failed $f"; fi
 else
   bad "crash under tp 2: $(tail -15 "$out/fake_crash_tp2.log")"
+fi
+
+# Resume: killed after step 2 and resumed, step 3 equals 3 steps straight (weights bit for bit,
+# every metric), with rewards that vary so every step updates the weights.
+ok_env=(--set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py ok" --set run.steps=3
+        --set run.save_every=1)
+if run straight "${ok_env[@]}" && { TANDEM_TEST_KILL=after_step:2 run resumed "${ok_env[@]}"; true; } \
+   && run resumed "${ok_env[@]}" --resume auto && grep -q "resume: .* at step 2" "$out/resumed.log" \
+   && cmp -s "$out/runs/straight/checkpoints/step_000003/ar_model/model.safetensors" \
+             "$out/runs/resumed/checkpoints/step_000003/ar_model/model.safetensors" \
+   && "$py" "$root/tests/e2e/compare_metrics.py" "$out/runs/straight/metrics.jsonl" "$out/runs/resumed/metrics.jsonl" \
+        >"$out/compare.log" 2>&1; then
+  ok "killed after step 2 and resumed: step 3's weights equal the straight run's bit for bit, and every metric (grad norm $(metric straight grad_norm))"
+else
+  bad "resume with episodes is not exact: $(tail -3 "$out/compare.log" 2>/dev/null) $(tail -5 "$out/resumed.log")"
 fi
 
 run all_fail --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash-all"
