@@ -33,6 +33,10 @@ EnvProcess::EnvProcess(EnvProcessOptions options) : options_(std::move(options))
 
 EnvProcess::~EnvProcess() { child_.stop(true); }
 
+EnvProcess::Clock::time_point EnvProcess::deadline_from_now() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+}
+
 std::string EnvProcess::describe(const std::string& what) const {
   return "environment '" + options_.command + "' " + what;
 }
@@ -44,8 +48,7 @@ EnvHello EnvProcess::start_and_greet() {
   const int64_t id = next_id_++;
   send(id, Pending{"", false, Clock::now()}, hello_request(id));
   pending_.erase(id);  // hello is awaited here, not by poll()
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline = deadline_from_now();
   for (;;) {
     const size_t nl = out_buffer_.find('\n');
     if (nl != std::string::npos) {
@@ -104,8 +107,7 @@ void EnvProcess::send(int64_t id, Pending pending, const std::string& line) {
 }
 
 void EnvProcess::reset(const std::string& episode, const nlohmann::json& row, uint64_t seed) {
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline = deadline_from_now();
   open_.insert(episode);
   const int64_t id = next_id_++;
   send(id, Pending{episode, true, deadline}, reset_request(id, episode, row, seed));
@@ -116,8 +118,7 @@ void EnvProcess::step(const std::string& episode, const StepInput& input) {
     ready_.push_back(EnvEvent{episode, false, {}, "the environment does not hold this episode (it was restarted)"});
     return;
   }
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline = deadline_from_now();
   const int64_t id = next_id_++;
   send(id, Pending{episode, false, deadline}, step_request(id, episode, input));
 }
@@ -125,8 +126,7 @@ void EnvProcess::step(const std::string& episode, const StepInput& input) {
 void EnvProcess::close(const std::string& episode) {
   if (!open_.erase(episode)) return;
   const int64_t id = next_id_++;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline = deadline_from_now();
   send(id, Pending{"", false, deadline}, close_request(id, episode));
 }
 

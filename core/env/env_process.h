@@ -57,6 +57,7 @@ class EnvProcess : public Environment {
   // Fails every episode the process held (pending or open), restarts it and re-greets.
   void fail_all(const std::string& why);
   std::string describe(const std::string& what) const;
+  Clock::time_point deadline_from_now() const;  // now + timeout_s: when an answer sent now is due
 
   EnvProcessOptions options_;
   runtime::ChildProcess child_;

@@ -12,16 +12,9 @@
 #include "core/tracks/ar_track.h"
 #include "core/tracks/episode_setup.h"
 #include "models/llama/sampler.h"
+#include "runtime/timing.h"
 
 namespace tandem {
-
-namespace {
-
-double seconds_from(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 void ArTrack::setup_env() {
   std::vector<parallel::Communicator*> peers;
@@ -54,7 +47,7 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
       policy_->turn_generator(sp, std::min<int64_t>(e.slots, static_cast<int64_t>(specs.size())), limits.max_tokens);
   const auto outcomes = env::run_episodes(environment, *generator, *episodes_->conversation, specs, limits,
                                           format_->stop_ids(), format_->system_prompt());
-  metrics["time/generate_s"] += seconds_from(t0);
+  metrics["time/generate_s"] += seconds_since(t0);
 
   std::vector<ArSample> samples;
   MetricReduction r;

@@ -145,16 +145,9 @@ void TurnSampler::admit() {
   const torch::Tensor logits = model_.prefill(pack_rows(prompts), cache_.get(), slots);  // (k, V)
   const NextTokens next = next_tokens(
       logits, params_, [&](int64_t i) { return live_[first + static_cast<size_t>(i)]->stream.next_uniform(); });
-  std::vector<size_t> done;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Seq& s = *live_[first + i];
-    s.out.tokens.push_back(next.tokens[i]);
-    s.out.logp.push_back(next.logp[i]);
-    ++s.total;
-    s.out.stopped = ends_at_stop(s.out.tokens, params_);
-    if (s.out.stopped || static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) done.push_back(first + i);
-  }
-  for (auto it = done.rbegin(); it != done.rend(); ++it) end_turn(*it);
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < prompts.size(); ++i) rows.push_back(first + i);
+  take(rows, next);
 }
 
 void TurnSampler::decode() {
@@ -179,17 +172,20 @@ void TurnSampler::decode() {
   const NextTokens next = next_tokens(rows, params_, [&](int64_t i) {
     return live_[static_cast<size_t>(sampling[static_cast<size_t>(i)])]->stream.next_uniform();
   });
+  take(std::vector<size_t>(sampling.begin(), sampling.end()), next);
+}
+
+void TurnSampler::take(const std::vector<size_t>& rows, const NextTokens& next) {
   std::vector<size_t> done;
-  for (size_t r = 0; r < sampling.size(); ++r) {
-    const auto i = static_cast<size_t>(sampling[r]);
-    Seq& s = *live_[i];
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Seq& s = *live_[rows[r]];
     s.out.tokens.push_back(next.tokens[r]);
     s.out.logp.push_back(next.logp[r]);
     ++s.total;
     s.out.stopped = ends_at_stop(s.out.tokens, params_);
-    if (s.out.stopped || static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) done.push_back(i);
+    if (s.out.stopped || static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) done.push_back(rows[r]);
   }
-  for (auto it = done.rbegin(); it != done.rend(); ++it) end_turn(*it);
+  for (auto it = done.rbegin(); it != done.rend(); ++it) end_turn(*it);  // rows ascend: highest first
 }
 
 void TurnSampler::end_turn(size_t i) {

@@ -19,6 +19,7 @@
 namespace tandem::models {
 
 class KvCache;
+struct NextTokens;
 
 // One finished turn of sequence `id`: the tokens sampled in it (a final stop token when one fired)
 // and their log-probs, as Generation.
@@ -63,6 +64,9 @@ class TurnSampler {
   struct Seq;
   void admit();
   void decode();
+  // Records next.tokens[r] / next.logp[r] for the live sequence at rows[r] (ascending) and ends
+  // the turns that stopped or reached max_new.
+  void take(const std::vector<size_t>& rows, const NextTokens& next);
   void end_turn(size_t i);
   void swap_slots(size_t a, size_t b);
 
