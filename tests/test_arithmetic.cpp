@@ -30,4 +30,8 @@ TEST_CASE("arithmetic errors name what and where", "[env][arithmetic]") {
   CHECK(test::user_error_of([] { evaluate_arithmetic("(1 + 2"); }) == "expected ')' at 6 in '(1 + 2'");
   CHECK(test::user_error_of([] { evaluate_arithmetic("import os"); }) == "expected a number at 0 in 'import os'");
   CHECK(test::user_error_of([] { evaluate_arithmetic("2 3"); }) == "unexpected '3' at 2 in '2 3'");
+  // A character of several bytes is named whole (the message goes into the conversation, which is
+  // tokenised: one byte of it would be invalid UTF-8 and fail the episode).
+  CHECK(test::user_error_of([] { evaluate_arithmetic("3 \u00d7 4"); }) == "unexpected '\u00d7' at 2 in '3 \u00d7 4'");
+  CHECK(test::user_error_of([] { evaluate_arithmetic("7 \u4e58"); }) == "unexpected '\u4e58' at 2 in '7 \u4e58'");
 }

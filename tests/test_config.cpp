@@ -321,8 +321,11 @@ TEST_CASE("the recipe accepts exactly the names the task and reward tables regis
         "tracks: {ar: {enabled: false}, image: {enabled: true, reward: {kind: " + kind + ", command: cat}}}", "r", {}));
   CHECK_THAT(error_of("tracks: {ar: {enabled: false}, image: {enabled: true, reward: {kind: sharpness}}}"),
              Catch::Contains("unknown image reward 'sharpness'"));
-  for (const std::string& task : tasks::ar_task_names())
-    CHECK_NOTHROW(load_config_from_string("tracks: {ar: {data: {task: " + task + ", path: d.jsonl}}}", "r", {}));
+  for (const std::string& task : tasks::ar_task_names())  // multiply asks in words: an hf tokenizer
+    CHECK_NOTHROW(load_config_from_string("tracks: {ar: {data: {task: " + task + ", path: d.jsonl}" +
+                                              (task == "multiply" ? ", tokenizer: {kind: hf, path: t.json}" : "") +
+                                              "}}",
+                                          "r", {}));
   CHECK_THAT(error_of("tracks: {ar: {data: {task: gsm8k}}}"),
              Catch::Contains("tracks.ar.data.task: 'gsm8k' is not one of"));
   for (const std::string& task : tasks::image_task_names())

@@ -4,9 +4,8 @@
 // the templates that are not append-only are refused naming the boundary.
 #include <catch2/catch.hpp>
 
-#include "fixtures.h"
+#include "chat_fixtures.h"
 
-#include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
@@ -18,28 +17,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-struct Loaded {
-  std::unique_ptr<models::Tokenizer> tokenizer;
-  std::unique_ptr<models::ChatTemplate> chat_template;
-  int64_t end_of_turn = -1;  // the id a model turn stops on
-};
+using Loaded = test::RealChat;
 
-bool load(const std::string& name, Loaded& out) {
-  const std::string dir = test::real_tokenizer_dir(name);
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) return false;
-  out.tokenizer = models::load_hf_tokenizer(dir);
-  if (name == "llama3_1") {  // Meta's Llama-3.1 template, embedded in its fixture (as the oracle uses it)
-    const auto fixture =
-        nlohmann::json::parse(std::ifstream(std::string(TANDEM_FIXTURES_DIR) + "/chat_templates/llama3_1.json"));
-    out.chat_template = std::make_unique<models::ChatTemplate>(
-        models::ChatTemplate::from_source(fixture["template"], "llama3_1", fixture["bos_token"], fixture["eos_token"]));
-  } else {
-    out.chat_template = std::make_unique<models::ChatTemplate>(
-        models::ChatTemplate::from_tokenizer_config(dir + "/tokenizer_config.json"));
-  }
-  out.end_of_turn = *out.tokenizer->token_to_id(name == "llama3_1" ? "<|eot_id|>" : "<|im_end|>");
-  return true;
-}
+bool load(const std::string& name, Loaded& out) { return test::load_real_chat(name, out); }
 
 // ordered_json: the tools' keys keep the fixture's order, which the templates print.
 ojson fixtures() { return ojson::parse(std::ifstream(std::string(TANDEM_FIXTURES_DIR) + "/episodes.json")); }

@@ -5,7 +5,7 @@
 // even one whose turn is being generated.
 #include <catch2/catch.hpp>
 
-#include "fixtures.h"
+#include "chat_fixtures.h"
 
 #include <filesystem>
 #include <map>
@@ -22,21 +22,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-struct Qwen {
-  std::unique_ptr<models::Tokenizer> tokenizer;
-  std::unique_ptr<models::ChatTemplate> chat_template;
-  int64_t im_end = -1;
-};
+using Qwen = test::RealChat;
 
-bool load_qwen(Qwen& q) {
-  const std::string dir = test::real_tokenizer_dir("qwen2_5");
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) return false;
-  q.tokenizer = models::load_hf_tokenizer(dir);
-  q.chat_template = std::make_unique<models::ChatTemplate>(
-      models::ChatTemplate::from_tokenizer_config(dir + "/tokenizer_config.json"));
-  q.im_end = *q.tokenizer->token_to_id("<|im_end|>");
-  return true;
-}
+bool load_qwen(Qwen& q) { return test::load_real_chat("qwen2_5", q); }
 
 // Answers each sequence's turns from a script of texts (encoded, + <|im_end|>), one turn per step
 // call for every live sequence, and records the sequence it was shown.
@@ -98,13 +86,13 @@ TEST_CASE("episodes: model ids kept and alone trained, rewards summed, caps stat
   ConversationFormat format{q.chat_template.get(), q.tokenizer.get(), nullptr, nlohmann::json::object(), "qwen2_5"};
   // Target 40 for all: episode 0 finds it on turn 3, episode 1 never does (max_turns 4), episode 2
   // runs out of tokens.
-  ScriptedGenerator gen(*q.tokenizer, q.im_end,
+  ScriptedGenerator gen(*q.tokenizer, q.end_of_turn,
                         {{0, {"32", "48", "40"}}, {1, {"1", "2", "3", "4", "5"}}, {2, {"10", "20", "30", "35"}}});
   const nlohmann::json row{{"target", 40}};
   std::vector<EpisodeSpec> specs{{"a", row, 1, 11}, {"b", row, 1, 12}, {"c", row, 1, 13}};
   EpisodeLimits limits{4, 16, 1000};
   // Episode c gets a token cap just above two turns.
-  const auto probe = run_episodes(env, gen, format, {specs[0]}, limits, {q.im_end}, std::nullopt);
+  const auto probe = run_episodes(env, gen, format, {specs[0]}, limits, {q.end_of_turn}, std::nullopt);
   REQUIRE(probe.size() == 1);
   const auto& a = probe[0];
   CHECK(a.end == EpisodeEnd::kDone);
@@ -132,17 +120,17 @@ TEST_CASE("episodes: model ids kept and alone trained, rewards summed, caps stat
   CHECK(text.find("Lower.") != std::string::npos);
 
   InProcessEnv env2(make_builtin_env("guess"));
-  ScriptedGenerator gen2(*q.tokenizer, q.im_end, {{0, {"1", "2", "3", "4", "5"}}, {1, {"10", "20", "30", "35"}}});
+  ScriptedGenerator gen2(*q.tokenizer, q.end_of_turn, {{0, {"1", "2", "3", "4", "5"}}, {1, {"10", "20", "30", "35"}}});
   const int64_t cap = a.prompt_len + 12;  // two short turns and their observations do not fit
   const auto both =
-      run_episodes(env2, gen2, format, {specs[1], specs[2]}, EpisodeLimits{4, 16, cap}, {q.im_end}, std::nullopt);
+      run_episodes(env2, gen2, format, {specs[1], specs[2]}, EpisodeLimits{4, 16, cap}, {q.end_of_turn}, std::nullopt);
   CHECK(both[0].end == EpisodeEnd::kMaxTokens);
   CHECK(both[0].reward == 0.0);
   CHECK(static_cast<int64_t>(both[0].tokens.size()) <= cap);
   InProcessEnv env3(make_builtin_env("guess"));
-  ScriptedGenerator gen3(*q.tokenizer, q.im_end, {{0, {"1", "2", "3", "4", "5"}}});
+  ScriptedGenerator gen3(*q.tokenizer, q.end_of_turn, {{0, {"1", "2", "3", "4", "5"}}});
   const auto capped =
-      run_episodes(env3, gen3, format, {specs[1]}, EpisodeLimits{4, 16, 1000}, {q.im_end}, std::nullopt);
+      run_episodes(env3, gen3, format, {specs[1]}, EpisodeLimits{4, 16, 1000}, {q.end_of_turn}, std::nullopt);
   CHECK(capped[0].end == EpisodeEnd::kMaxTurns);
   CHECK(capped[0].turns == 4);
   CHECK(gen3.finished == std::vector<int64_t>{0});
@@ -158,12 +146,12 @@ TEST_CASE("episodes: tool calls parsed and answered; a cut turn gets its end-of-
   ConversationFormat format{q.chat_template.get(), q.tokenizer.get(), env.hello().tools, nlohmann::json::object(),
                             "qwen2_5"};
   ScriptedGenerator gen(
-      *q.tokenizer, q.im_end,
+      *q.tokenizer, q.end_of_turn,
       {{0,
         {"<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"347 * 29\"}}\n</tool_call>",
          "<tool_call>{oops}</tool_call>", "It is 10063."}}});
   const nlohmann::json row{{"prompt", "What is 347 * 29?"}, {"answer", "10063"}};
-  const auto out = run_episodes(env, gen, format, {{"x", row, 3, 4}}, EpisodeLimits{4, 64, 2000}, {q.im_end},
+  const auto out = run_episodes(env, gen, format, {{"x", row, 3, 4}}, EpisodeLimits{4, 64, 2000}, {q.end_of_turn},
                                 std::string("You are a careful calculator."));
   REQUIRE(out.size() == 1);
   CHECK(out[0].end == EpisodeEnd::kDone);
@@ -178,16 +166,16 @@ TEST_CASE("episodes: tool calls parsed and answered; a cut turn gets its end-of-
 
   // A turn cut at its token cap: the template's <|im_end|> follows, untrained.
   InProcessEnv env2(make_builtin_env("guess"));
-  ScriptedGenerator gen2(*q.tokenizer, q.im_end, {{0, {"one two three four five six seven"}}});
+  ScriptedGenerator gen2(*q.tokenizer, q.end_of_turn, {{0, {"one two three four five six seven"}}});
   const auto cut = run_episodes(env2, gen2, format, {{"y", nlohmann::json{{"target", 3}}, 1, 1}},
-                                EpisodeLimits{1, 3, 2000}, {q.im_end}, std::nullopt);
+                                EpisodeLimits{1, 3, 2000}, {q.end_of_turn}, std::nullopt);
   const auto& t = cut[0];
   const auto [b, e] =
       std::pair<size_t, size_t>{static_cast<size_t>(t.prompt_len), static_cast<size_t>(t.prompt_len) + 3};
   CHECK(t.end == EpisodeEnd::kMaxTurns);
   for (size_t i = b; i < e; ++i) CHECK(t.sources[i] == TokenSource::kModel);
   REQUIRE(t.tokens.size() > e);
-  CHECK(t.tokens[e] == q.im_end);
+  CHECK(t.tokens[e] == q.end_of_turn);
   CHECK(t.sources[e] == TokenSource::kTemplate);
 }
 
@@ -227,9 +215,9 @@ TEST_CASE("episodes: a failure ends the episode with its reason, the generator i
   }
   FailingEnv env;
   ConversationFormat format{q.chat_template.get(), q.tokenizer.get(), nullptr, nlohmann::json::object(), "qwen2_5"};
-  ScriptedGenerator gen(*q.tokenizer, q.im_end, {{0, {"hi"}}, {1, {"ho"}}});
+  ScriptedGenerator gen(*q.tokenizer, q.end_of_turn, {{0, {"hi"}}, {1, {"ho"}}});
   const auto out = run_episodes(env, gen, format, {{"a", {}, 1, 1}, {"b", {}, 1, 2}}, EpisodeLimits{3, 8, 500},
-                                {q.im_end}, std::nullopt);
+                                {q.end_of_turn}, std::nullopt);
   for (const auto& o : out) {
     CHECK(o.end == EpisodeEnd::kFailed);
     CHECK(o.failure == "environment 'x' timed out");
@@ -251,12 +239,12 @@ TEST_CASE("episodes train the model's tokens only: environment targets change no
   const std::string prompt = first["content"];
   const auto a = prompt.find('\'');
   const std::string key = prompt.substr(a + 1, prompt.find('\'', a + 1) - a - 1);
-  ScriptedGenerator gen(*q.tokenizer, q.im_end,
+  ScriptedGenerator gen(*q.tokenizer, q.end_of_turn,
                         {{0,
                           {"<tool_call>\n{\"name\": \"get\", \"arguments\": {\"key\": \"" + key + "\"}}\n</tool_call>",
                            "I do not know."}}});
   const auto out = run_episodes(env, gen, format, {{"e", nlohmann::json::object(), 9, 1}}, EpisodeLimits{4, 64, 2000},
-                                {q.im_end}, std::nullopt);
+                                {q.end_of_turn}, std::nullopt);
   REQUIRE(out[0].end == EpisodeEnd::kDone);
   ArSample sample = episode_sample(out[0]);
   sample.advantage = 1.0;

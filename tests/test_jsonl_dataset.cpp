@@ -123,7 +123,7 @@ TEST_CASE("make_prompt_source names what is wrong", "[tasks]") {
       make_prompt_source("revrse_digits", std::nullopt, "prompt", "answer", true, 1),
       Catch::Contains("unknown AR task 'revrse_digits'") && Catch::Contains("did you mean reverse_digits?"));
   CHECK_THROWS_WITH(make_prompt_source("gsm8k", std::nullopt, "prompt", "answer", true, 1),
-                    Catch::Contains("reverse_digits|sort_digits|add|shape_corners|jsonl"));
+                    Catch::Contains("reverse_digits|sort_digits|add|shape_corners|multiply|jsonl"));
   CHECK_THROWS_WITH(make_prompt_source("jsonl", std::nullopt, "prompt", "answer", true, 1),
                     Catch::Contains("data.path is required"));
   CHECK_THROWS_AS(make_prompt_source("jsonl", std::string("/nonexistent/x.jsonl"), "prompt", "answer", true, 1),

@@ -16,8 +16,9 @@ using namespace tandem;
 using namespace tandem::tasks;
 
 namespace {
-const std::vector<SyntheticTask> kAllTasks{SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits,
-                                           SyntheticTask::kAdd, SyntheticTask::kShapeCorners};
+// The char tokenizer's tasks; multiply asks in words, for hf tokenizers.
+const std::vector<SyntheticTask> kCharTasks{SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits,
+                                            SyntheticTask::kAdd, SyntheticTask::kShapeCorners};
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -25,7 +26,9 @@ bool all_digits(const std::string& s) {
 }  // namespace
 
 TEST_CASE("synthetic prompts are a pure function of (task, options, seed, index)", "[tasks]") {
-  for (SyntheticTask task : kAllTasks) {
+  std::vector<SyntheticTask> all = kCharTasks;
+  all.push_back(SyntheticTask::kMultiply);
+  for (SyntheticTask task : all) {
     const SyntheticOptions o = default_synthetic_options(task);
     SyntheticSource a(task, o, 7), b(task, o, 7), c(task, o, 8);
     int differing = 0;
@@ -43,6 +46,33 @@ TEST_CASE("synthetic prompts are a pure function of (task, options, seed, index)
   // Pinned: checkpoints promise the same prompts on every platform.
   CHECK(generate_synthetic(SyntheticTask::kReverseDigits, {2, 5}, 1, 0).text == "9886>");
   CHECK(generate_synthetic(SyntheticTask::kAdd, {1, 3}, 1, 0).text == "139+8=");
+  CHECK(generate_synthetic(SyntheticTask::kMultiply, {2, 3}, 1, 0).text == "What is 47 * 233?");
+}
+
+TEST_CASE("multiply asks for a product in words and answers it", "[tasks]") {
+  std::set<size_t> lengths;
+  for (int64_t i = 0; i < 500; ++i) {
+    const Prompt p = generate_synthetic(SyntheticTask::kMultiply, {2, 3}, 3, i);
+    const std::string head = "What is ", times = " * ";
+    REQUIRE(p.text.compare(0, head.size(), head) == 0);
+    REQUIRE(p.text.back() == '?');
+    const size_t at = p.text.find(times);
+    REQUIRE(at != std::string::npos);
+    const std::string x = p.text.substr(head.size(), at - head.size());
+    const std::string y = p.text.substr(at + times.size(), p.text.size() - at - times.size() - 1);
+    CHECK(all_digits(x));
+    CHECK(all_digits(y));
+    CHECK((x.size() >= 2 && x.size() <= 3 && x[0] != '0'));
+    CHECK((y.size() >= 2 && y.size() <= 3 && y[0] != '0'));
+    CHECK(p.answer == std::to_string(std::stoll(x) * std::stoll(y)));
+    const SyntheticLengths bound = synthetic_max_lengths(SyntheticTask::kMultiply, {2, 3});
+    CHECK(static_cast<int64_t>(p.text.size()) <= bound.prompt);
+    CHECK(static_cast<int64_t>(p.answer.size()) <= bound.answer);
+    lengths.insert(x.size() + y.size());
+  }
+  CHECK(lengths == std::set<size_t>{4, 5, 6});
+  const Prompt big = generate_synthetic(SyntheticTask::kMultiply, {kMaxSyntheticDigits, kMaxSyntheticDigits}, 1, 0);
+  CHECK(big.answer.size() >= static_cast<size_t>(2 * kMaxSyntheticDigits - 1));  // within int64
 }
 
 TEST_CASE("synthetic answers are correct", "[tasks]") {
@@ -96,7 +126,7 @@ TEST_CASE("shape_corners asks about every shape class and answers its corner cou
 TEST_CASE("synthetic prompts use only the default alphabet and fit the quickstart model", "[tasks]") {
   const std::string alphabet = TokenizerConfig{}.alphabet;
   const auto tokenizer = models::make_char_tokenizer(alphabet);
-  for (SyntheticTask task : kAllTasks) {
+  for (SyntheticTask task : kCharTasks) {
     const SyntheticOptions o = default_synthetic_options(task);
     const SyntheticLengths bound = synthetic_max_lengths(task, o);
     CHECK(bound.prompt + bound.answer + 2 <= 32);  // + BOS + EOS, quickstart max_seq_len 32
@@ -130,7 +160,9 @@ TEST_CASE("synthetic options and names are validated", "[tasks]") {
                     Catch::Contains("task add") && Catch::Contains("min_digits 0"));
   CHECK_THROWS_AS(SyntheticSource(SyntheticTask::kReverseDigits, {4, 3}, 1), UserError);
   CHECK_THROWS_AS(SyntheticSource(SyntheticTask::kSortDigits, {1, kMaxSyntheticDigits + 1}, 1), UserError);
-  for (SyntheticTask task : kAllTasks) CHECK(synthetic_task_from_name(synthetic_task_name(task)) == task);
+  for (SyntheticTask task : {SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits, SyntheticTask::kAdd,
+                             SyntheticTask::kShapeCorners, SyntheticTask::kMultiply})
+    CHECK(synthetic_task_from_name(synthetic_task_name(task)) == task);
   CHECK_FALSE(synthetic_task_from_name("jsonl"));
   CHECK_FALSE(synthetic_task_from_name("Add"));
 }

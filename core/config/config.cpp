@@ -174,6 +174,9 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
           "tracks.ar.data.min_digits", "must not exceed max_digits");
   require(ar.data.task != "shape_corners" || (!ar.data.min_digits && !ar.data.max_digits), "tracks.ar.data.min_digits",
           "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
+  require(ar.data.task != "multiply" || ar.tokenizer.kind == TokenizerKind::kHf, "tracks.ar.data.task",
+          "multiply asks in words (\"What is 713 * 11?\"), which the char tokenizer's alphabet does not hold; use "
+          "an hf tokenizer");
   const auto& names = registered_names(NameTable::kArReward);
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           unknown_name_message("AR reward", ar.reward.kind, names));
@@ -196,6 +199,9 @@ void validate_env(const Config& c) {
   const ArEnvConfig& e = ar.env;
   require(e.name == "command" || !e.command, "tracks.ar.env.command",
           "is the process of env name command; with name " + e.name + " leave it out");
+  require(e.enabled() || !ar.warmstart.demos, "tracks.ar.warmstart.demos",
+          "are multi-turn conversations for tracks.ar.env; without an environment the warm-start trains on the "
+          "task's reference answers: remove demos");
   if (!e.enabled()) return;
   const std::string why = " (tracks.ar.env.name " + e.name + " turns multi-turn episodes on)";
   require(e.name != "command" || (e.command && !e.command->empty()), "tracks.ar.env.command",
@@ -211,6 +217,10 @@ void validate_env(const Config& c) {
           "train.overlap to false" +
               why);
   require(!ar.rollout.replay_dir, "tracks.ar.rollout.replay_dir", "replays single-turn rollouts; leave it out" + why);
+  require(ar.warmstart.steps == 0 || (ar.warmstart.demos && !ar.warmstart.demos->empty()), "tracks.ar.warmstart.demos",
+          "is required for a warm-start with episodes: a JSON-lines file of demonstrated conversations "
+          "(docs/env_protocol.md), whose model turns it trains on" +
+              why);
   const int64_t cap = e.max_tokens.value_or(ar.model.max_seq_len);
   require(cap <= ar.model.max_seq_len, "tracks.ar.env.max_tokens",
           std::to_string(cap) + " exceeds tracks.ar.model.max_seq_len " + std::to_string(ar.model.max_seq_len));
@@ -361,6 +371,8 @@ void validate(const Config& c, int64_t world_size) {
     const ArDataConfig& d = c.eval.data;
     require(d.task != "jsonl" || d.path, "eval.data.path",
             "required when eval.data.task is jsonl (the held-out prompts)");
+    require(d.task != "multiply" || c.tracks.ar.tokenizer.kind == TokenizerKind::kHf, "eval.data.task",
+            "multiply asks in words, which the char tokenizer's alphabet does not hold; use an hf tokenizer");
     const int64_t new_tokens = c.eval.max_new_tokens.value_or(c.tracks.ar.rollout.max_new_tokens);
     require(new_tokens < c.tracks.ar.model.max_seq_len, "eval.max_new_tokens",
             std::to_string(new_tokens) + " leaves no room for a prompt within tracks.ar.model.max_seq_len " +

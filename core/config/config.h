@@ -194,6 +194,9 @@ struct ArWarmstartConfig {
   int64_t steps = 0;
   double lr = 1e-3;
   int64_t batch_size = 32;  // sequences per step, over all dp ranks
+  // With tracks.ar.env: the demonstrated conversations (JSON lines, {"messages": [...]}) whose
+  // model turns the warm-start trains on (core/env/demonstrations.h). Required there.
+  std::optional<std::string> demos;
 };
 
 // LoRA (tracks.ar.lora): low-rank adapters on the policy's linear layers, trained on a frozen

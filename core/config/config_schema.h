@@ -184,6 +184,7 @@ void visit(V& v, ArWarmstartConfig& c) {
   v.field("steps", c.steps, at_least(0, "0 disables the warm-start"));
   v.field("lr", c.lr, above(0));
   v.field("batch_size", c.batch_size, at_least(1));
+  v.field("demos", c.demos);
 }
 
 template <class V>

@@ -3,6 +3,7 @@
 // enters; an exact integer division stays an integer.
 #include "core/env/arithmetic.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "models/tokenizers/utf8.h"
 
 namespace tandem::env {
 
@@ -30,13 +32,17 @@ class Parser {
     if (text_.size() > 1000) fail("the expression is longer than 1000 characters");
     Value v = expr(0);
     skip();
-    if (at_ < text_.size()) fail("unexpected '" + std::string(1, text_[at_]) + "'");
+    if (at_ < text_.size()) {  // the whole character, never a byte cut from one
+      const size_t len = std::max<size_t>(1, models::utf8::sequence_length(text_, at_));
+      fail("unexpected '" + text_.substr(at_, len) + "'");
+    }
     return v;
   }
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw UserError(what + " at " + std::to_string(at_) + " in '" + text_ + "'");
+    // Valid UTF-8 always: the message goes into the conversation, which is tokenised.
+    throw UserError(models::utf8::make_valid(what + " at " + std::to_string(at_) + " in '" + text_ + "'"));
   }
   void skip() {
     while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;

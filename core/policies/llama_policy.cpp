@@ -43,6 +43,7 @@ PolicyModel::Output LlamaPolicy::run(const Batch& batch, bool with_entropy, cons
   models::LogProbOptions o = options_;
   o.with_entropy = with_entropy;
   if (loss != nullptr) o.token_loss = *loss;
+  o.wanted = batch.loss_mask;  // every consumer of the log-probs masks them with it
   const torch::Device d = model_->parameters().front().device();
   std::optional<parallel::LoraOffGuard> off;
   if (adapters_off_) off.emplace();

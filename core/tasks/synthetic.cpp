@@ -12,6 +12,7 @@ namespace tandem::tasks {
 
 SyntheticOptions default_synthetic_options(SyntheticTask task) {
   if (task == SyntheticTask::kAdd) return {1, 3};
+  if (task == SyntheticTask::kMultiply) return {2, 3};
   return {2, 5};
 }
 
@@ -20,6 +21,7 @@ std::optional<SyntheticTask> synthetic_task_from_name(const std::string& name) {
   if (name == "sort_digits") return SyntheticTask::kSortDigits;
   if (name == "add") return SyntheticTask::kAdd;
   if (name == "shape_corners") return SyntheticTask::kShapeCorners;
+  if (name == "multiply") return SyntheticTask::kMultiply;
   return std::nullopt;
 }
 
@@ -33,6 +35,8 @@ std::string synthetic_task_name(SyntheticTask task) {
       return "add";
     case SyntheticTask::kShapeCorners:
       return "shape_corners";
+    case SyntheticTask::kMultiply:
+      return "multiply";
   }
   return "?";
 }
@@ -45,7 +49,8 @@ void validate_synthetic_options(SyntheticTask task, const SyntheticOptions& o) {
 }
 
 SyntheticLengths synthetic_max_lengths(SyntheticTask task, const SyntheticOptions& o) {
-  if (task == SyntheticTask::kAdd) return {2 * o.max_digits + 2, o.max_digits + 1};  // "a+b=", carry
+  if (task == SyntheticTask::kAdd) return {2 * o.max_digits + 2, o.max_digits + 1};        // "a+b=", carry
+  if (task == SyntheticTask::kMultiply) return {2 * o.max_digits + 12, 2 * o.max_digits};  // "What is a * b?"
   if (task == SyntheticTask::kShapeCorners) {
     int64_t longest = 0;
     for (int64_t k = 0; k < kNumShapeKinds; ++k) longest = std::max<int64_t>(longest, shape_name(k).size());
@@ -110,6 +115,13 @@ Prompt generate_synthetic(SyntheticTask task, const SyntheticOptions& o, int64_t
       const auto label = static_cast<int64_t>(rng.below(static_cast<uint64_t>(kNumShapeKinds)));
       p.text = shape_name(label) + " corners=";
       p.answer = std::to_string(shape_corners(label));
+      break;
+    }
+    case SyntheticTask::kMultiply: {
+      const int64_t a = random_number(rng, rng.uniform(o.min_digits, o.max_digits));
+      const int64_t b = random_number(rng, rng.uniform(o.min_digits, o.max_digits));
+      p.text = "What is " + std::to_string(a) + " * " + std::to_string(b) + "?";
+      p.answer = std::to_string(a * b);
       break;
     }
   }

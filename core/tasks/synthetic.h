@@ -1,5 +1,6 @@
-// Built-in procedural AR tasks for the char tokenizer (reverse_digits, sort_digits, add): infinite,
-// and prompt k is a pure function of (task, options, seed, k), so cursors and shards are exact.
+// Built-in procedural AR tasks (reverse_digits, sort_digits, add, shape_corners for the char
+// tokenizer; multiply, in words, for hf tokenizers and the calculator environment): infinite, and
+// prompt k is a pure function of (task, options, seed, k), so cursors and shards are exact.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +17,16 @@ namespace tandem::tasks {
 //   add             "12+7="  -> "19"     decimal sum, operands without leading zeros
 //   shape_corners   "square corners=" -> "4"   corners of one of the shapes task's classes
 //                   (core/tasks/shapes.h), uniform over all of them; the digit options do not apply
-enum class SyntheticTask { kReverseDigits, kSortDigits, kAdd, kShapeCorners };
+//   multiply        "What is 713 * 11?" -> "7843"   a product too long for a small model to work
+//                   out, the question the calculator environment asks (needs '?' and capitals,
+//                   which the char tokenizer's default alphabet lacks)
+enum class SyntheticTask { kReverseDigits, kSortDigits, kAdd, kShapeCorners, kMultiply };
 
 // The answer of shape_corners for shape class `label`: circle 0, square 4, triangle 3, cross 12,
 // ring 0, diamond 4, saltire 12, frame 8 (outer and inner corners).
 int64_t shape_corners(int64_t label);
 
-// Difficulty: the digit count of the string (reverse, sort) or of each operand (add), drawn
+// Difficulty: the digit count of the string (reverse, sort) or of each operand (add, multiply), drawn
 // uniformly from [min_digits, max_digits] per prompt.
 struct SyntheticOptions {
   int64_t min_digits = 2;
@@ -32,8 +36,8 @@ struct SyntheticOptions {
 // Keeps add's sum inside int64 and every prompt short enough for small max_seq_len models.
 inline constexpr int64_t kMaxSyntheticDigits = 9;
 
-// reverse/sort: 2..5 digits; add: 1..3 digits per operand. With these the longest prompt is 8
-// characters and the longest answer 5, well inside the quickstart model's max_seq_len 32.
+// reverse/sort: 2..5 digits; add: 1..3 digits per operand; multiply: 2..3 digits per operand. With these the longest
+// prompt is 8 characters and the longest answer 5, well inside the quickstart model's max_seq_len 32.
 SyntheticOptions default_synthetic_options(SyntheticTask task);
 
 std::optional<SyntheticTask> synthetic_task_from_name(const std::string& name);

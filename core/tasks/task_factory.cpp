@@ -12,8 +12,8 @@ namespace tandem::tasks {
 const std::vector<std::string>& ar_task_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const SyntheticTask t :
-         {SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits, SyntheticTask::kAdd, SyntheticTask::kShapeCorners})
+    for (const SyntheticTask t : {SyntheticTask::kReverseDigits, SyntheticTask::kSortDigits, SyntheticTask::kAdd,
+                                  SyntheticTask::kShapeCorners, SyntheticTask::kMultiply})
       n.push_back(synthetic_task_name(t));
     n.push_back("jsonl");
     return n;

@@ -85,6 +85,8 @@ class ArTrack final : public Track {
   // Multi-turn episodes (tracks.ar.env, ar_episodes.cpp): the environment and the conversation
   // format, then one step's episodes as samples (model tokens trained, the rest masked).
   void setup_env();
+  // The warm-start's demonstrations of this rank for a step (tracks.ar.warmstart.demos).
+  std::vector<ArSample> demonstration_shard(int64_t step);
   std::vector<ArSample> generate_episodes(int64_t step, const std::vector<tasks::ShardPrompt>& shard,
                                           MetricMap& metrics);
   void rollout_stats(const std::vector<ArSample>& local, MetricMap& metrics);
@@ -139,6 +141,7 @@ class ArTrack final : public Track {
   int64_t step_ = 0;  // the step in flight
   double publish_s_ = 0;
   std::unique_ptr<tasks::PromptSource> warm_source_;  // the warm-start in progress
+  std::vector<nlohmann::ordered_json> warm_demos_;    // with env: its demonstrations
   std::unique_ptr<torch::optim::AdamW> warm_opt_;
 };
 

@@ -1,12 +1,16 @@
 // The AR track's supervised warm-start: cross-entropy on the reference answer (+ EOS) of the
 // task's prompts, a separate prompt stream (seed + 1) so RL sees the same prompts with or
-// without it. Departure from pure RL post-training, recipe-visible: tracks.ar.warmstart.
+// without it; with tracks.ar.env, on the model turns of demonstrated conversations (warmstart.demos)
+// laid out as episodes. Departure from pure RL post-training, recipe-visible: tracks.ar.warmstart.
 #include <spdlog/spdlog.h>
 
 #include <optional>
 
+#include "core/env/demonstrations.h"
+#include "core/tasks/det_rng.h"
 #include "core/tasks/task_factory.h"
 #include "core/tracks/ar_track.h"
+#include "core/tracks/episode_setup.h"
 #include "parallel/gradient_reduction.h"
 #include "parallel/tp_layers.h"
 
@@ -16,6 +20,30 @@ double ArTrack::warmstart() {
   double loss = 0;
   for (int64_t step = 0; step < config_.tracks.ar.warmstart.steps; ++step) loss = warmstart_step(step);
   return loss;
+}
+
+std::vector<ArSample> ArTrack::demonstration_shard(int64_t step) {
+  const ArWarmstartConfig& w = config_.tracks.ar.warmstart;
+  const auto n = static_cast<int64_t>(warm_demos_.size());
+  // Epochs in a fresh order each (Fisher-Yates on the run's seed: the same on every rank and host).
+  const auto order = [&](int64_t epoch) {
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+    tasks::DetRng rng(tasks::hash_combine(static_cast<uint64_t>(config_.run.seed) + 1, static_cast<uint64_t>(epoch)));
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(p[static_cast<size_t>(i)], p[rng.below(static_cast<uint64_t>(i + 1))]);
+    return p;
+  };
+  std::vector<ArSample> out;
+  for (int64_t j = dp_rank_; j < w.batch_size; j += dp_size_) {
+    const int64_t g = step * w.batch_size + j;
+    const int64_t k = order(g / n)[static_cast<size_t>(g % n)];
+    out.push_back(env::demonstration_sample(*episodes_->conversation, warm_demos_[static_cast<size_t>(k)],
+                                            format_->stop_ids().front(), format_->system_prompt(),
+                                            episodes_->limits.max_tokens,
+                                            "demonstration " + std::to_string(k + 1) + " of " + *w.demos));
+  }
+  return out;
 }
 
 double ArTrack::warmstart_step(int64_t step) {
@@ -34,15 +62,23 @@ double ArTrack::warmstart_step(int64_t step) {
           "warmstart: tracks.ar.lora is on: the warm-start trains the base (adapters off), which RL then "
           "keeps frozen");
     }
-    warm_source_ = tasks::make_ar_prompts(ar.data, config_.run.seed + 1);
+    if (episodes_)
+      warm_demos_ = env::read_demonstrations(*w.demos);
+    else
+      warm_source_ = tasks::make_ar_prompts(ar.data, config_.run.seed + 1);
     // No weight decay on the unified model: its image-only weights get no text gradient and would
     // only shrink (the Llama keeps AdamW's default decay, which its quickstart figures ran with).
     warm_opt_ = std::make_unique<torch::optim::AdamW>(
         params, torch::optim::AdamWOptions(w.lr).weight_decay(unified_.is_empty() ? 0.01 : 0.0));
   }
-  const auto shard = tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
   std::vector<ArSample> samples;
   double local_tokens = 0;
+  if (episodes_) {
+    samples = demonstration_shard(step);
+    for (const auto& s : samples) local_tokens += static_cast<double>(s.action_tokens());
+  }
+  const auto shard = episodes_ ? std::vector<tasks::ShardPrompt>()
+                               : tasks::next_step_shard(*warm_source_, w.batch_size, dp_rank_, dp_size_);
   for (const auto& p : shard) {
     ArSample s;
     s.tokens = format_->encode(p.prompt.text);
@@ -81,9 +117,10 @@ double ArTrack::warmstart_step(int64_t step) {
   comms_.dp->all_reduce(l);
   const double loss_value = l.item<double>();
   if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
-    spdlog::info("warmstart {}/{} | answer-token NLL {:.4f}", step + 1, w.steps, loss_value);
+    spdlog::info("warmstart {}/{} | {}-token NLL {:.4f}", step + 1, w.steps, episodes_ ? "model-turn" : "answer",
+                 loss_value);
   if (step + 1 == w.steps) {
-    warm_opt_.reset(), warm_source_.reset();
+    warm_opt_.reset(), warm_source_.reset(), warm_demos_.clear();
     if (base)
       for (auto p : params) p.mutable_grad() = torch::Tensor(), p.set_requires_grad(false);
   }

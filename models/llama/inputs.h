@@ -43,6 +43,11 @@ struct LogProbOptions {
   // Set (chunked only): the loss is fused into the head (parallel::TokenLogProbOptions::token_loss);
   // its index is the token's position on the caller's flat axis ((N) packed, B*T padded).
   parallel::TokenLossFn token_loss;
+  // (N) packed or (B, T) padded, nonzero where a log-prob is needed (the loss mask). Only those
+  // rows go through the lm head, which dominates a small model's cost at a large vocabulary;
+  // the others come back 0 (but for one row, should none be wanted: its real value keeps every
+  // rank's graph the same for the collectives of the backward). Undefined: every token.
+  torch::Tensor wanted;
 };
 
 // Throws std::invalid_argument (naming `who`) when cu_seqlens or prefix_of is not a CPU tensor.

@@ -209,16 +209,45 @@ torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
   return parallel::gather_last_dim_from_tp(local.to(parallel::logits_dtype(w.scalar_type())), ctx_.tp, vocab_begin());
 }
 
+namespace {
+
+// The rows of `keep` (n) that go through the head: its nonzero ones, else row 0 alone.
+torch::Tensor wanted_rows(const torch::Tensor& keep) {
+  const torch::Tensor rows = (keep != 0).nonzero().squeeze(1);  // (R)
+  return rows.numel() > 0 ? rows : torch::zeros({1}, rows.options());
+}
+
+// (R) values at `rows` of an (n) axis, 0 elsewhere.
+torch::Tensor scatter_rows(const torch::Tensor& v, const torch::Tensor& rows, int64_t n) {
+  return torch::zeros({n}, v.options()).index_copy(0, rows.to(v.device()), v);
+}
+
+}  // namespace
+
 TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch::Tensor& targets,
                                               const LogProbOptions& o) {
   AttentionLayout layout;
   parallel::CpShard shard;
   const torch::Tensor hidden = hidden_packed(in, &layout, &shard);  // (n_local, hidden)
-  torch::Tensor t = targets.reshape({-1}).to(hidden.device());      // (N)
-  if (ctx_.cp_enabled()) t = t.index_select(0, shard.rank_index[ctx_.cp_rank].to(t.device()));
+  const int64_t n_local = hidden.size(0);
+  torch::Tensor t = targets.reshape({-1}).to(hidden.device());  // (N)
   // A fused loss sees this rank's tokens at their positions in the whole micro.
   const torch::Tensor index = ctx_.cp_enabled() ? shard.rank_index[ctx_.cp_rank] : torch::Tensor();  // (n_local)
-  TokenLogProbs r = head_log_probs(hidden, t, o, index);                                             // (n_local)
+  if (index.defined()) t = t.index_select(0, index.to(t.device()));
+  TokenLogProbs r;
+  if (o.wanted.defined()) {
+    torch::Tensor keep = o.wanted.reshape({-1}).to(hidden.device());  // (N)
+    if (index.defined()) keep = keep.index_select(0, index.to(keep.device()));
+    const torch::Tensor rows = wanted_rows(keep);  // (R) local rows
+    const TokenLogProbs part =
+        head_log_probs(hidden.index_select(0, rows), t.index_select(0, rows), o,
+                       index.defined() ? index.to(rows.device()).index_select(0, rows) : rows);  // (R)
+    r.loss = part.loss;
+    r.logp = scatter_rows(part.logp, rows, n_local);  // (n_local)
+    if (part.entropy.defined()) r.entropy = scatter_rows(part.entropy, rows, n_local);
+  } else {
+    r = head_log_probs(hidden, t, o, index);  // (n_local)
+  }
   if (ctx_.cp_enabled()) {
     r.logp = parallel::cp_gather_outputs(r.logp, shard, ctx_.cp);  // (N)
     if (r.entropy.defined()) r.entropy = parallel::cp_gather_outputs(r.entropy, shard, ctx_.cp);
@@ -229,17 +258,16 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch
 TokenLogProbs LlamaForCausalLMImpl::log_probs(const PaddedInput& in, const torch::Tensor& targets,
                                               const LogProbOptions& o) {
   const int64_t b = in.input_ids.size(0), t = in.input_ids.size(1);
-  const torch::Tensor hidden = hidden_padded(in);                                                       // (B*T, hidden)
-  const torch::Tensor rows = in.attention_mask.reshape({-1}).to(hidden.device()).nonzero().squeeze(1);  // (N_real)
+  const torch::Tensor hidden = hidden_padded(in);                            // (B*T, hidden)
+  torch::Tensor keep = in.attention_mask.reshape({-1}).to(hidden.device());  // (B*T)
+  if (o.wanted.defined()) keep = keep.logical_and(o.wanted.reshape({-1}).to(hidden.device()) != 0);
+  const torch::Tensor rows = o.wanted.defined() ? wanted_rows(keep) : keep.nonzero().squeeze(1);  // (R)
   const TokenLogProbs real = head_log_probs(hidden.index_select(0, rows),
                                             targets.reshape({-1}).to(hidden.device()).index_select(0, rows), o, rows);
-  const auto scatter = [&](const torch::Tensor& v) {  // (N_real) -> (B, T), 0 on padding
-    return torch::zeros({b * t}, v.options()).index_copy(0, rows, v).view({b, t});
-  };
-  TokenLogProbs r;
+  TokenLogProbs r;  // (B, T), 0 on padding and on rows not wanted
   r.loss = real.loss;
-  r.logp = scatter(real.logp);
-  if (real.entropy.defined()) r.entropy = scatter(real.entropy);
+  r.logp = scatter_rows(real.logp, rows, b * t).view({b, t});
+  if (real.entropy.defined()) r.entropy = scatter_rows(real.entropy, rows, b * t).view({b, t});
   return r;
 }
 

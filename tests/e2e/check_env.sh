@@ -11,6 +11,8 @@
 #     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
 #   - resume is exact: killed after step 2 and resumed, step 3 equals 3 steps straight;
 #   - one whose every episode fails stops the run with exit 2 naming env.max_failed_fraction;
+#   - the shipped demo recipe (configs/tool_calc.yaml) warm-starts on its demonstrations and trains
+#     episodes (a few steps of it);
 #   - no environment process outlives its run.
 #   check_env.sh TANDEM MPIRUN SOURCE_DIR TOKENIZER_CACHE   (exit 77: no tokenizer files)
 set -u
@@ -168,6 +170,20 @@ else
 fi
 
 sleep 1
+
+# The shipped demo, briefly: its warm-start on demonstrated episodes and a step of RL with the calculator.
+if timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
+     --config "$root/configs/tool_calc.yaml" --set run.out_dir="$out/runs" --set run.name=tool_calc \
+     --set run.steps=1 --set run.save_every=0 --set tracks.ar.warmstart.steps=4 --set eval.every=0 \
+     --set eval.at_start=false --set tracks.ar.tokenizer.path="$tok/tokenizer.json" \
+     --set tracks.ar.warmstart.demos="$root/configs/data/tool_calc_demos.jsonl" >"$out/tool_calc.log" 2>&1 \
+   && grep -q "warmstart 4/4 | model-turn-token NLL" "$out/tool_calc.log" \
+   && [ "$(metric tool_calc ar/env/episodes)" = "64.0" ]; then
+  ok "configs/tool_calc.yaml: $(grep -o 'warmstart 4/4 | model-turn-token NLL [0-9.]*' "$out/tool_calc.log"), then a step of 64 episodes"
+else
+  bad "configs/tool_calc.yaml: $(tail -8 "$out/tool_calc.log")"
+fi
+
 if pgrep -f "$out/fake_env.py" >/dev/null || pgrep -f "docs/env_example.py" >/dev/null; then
   bad "environment processes outlived their runs: $(pgrep -af 'fake_env.py|env_example.py')"
 else

@@ -30,16 +30,21 @@ struct Outcome {
 
 // The loss sum(logp * wl + entropy * we) on the batch's flat token axis, by autograd through the
 // log-probs or (fused) inside the lm head, which asks for each chunk's gradient by token index.
-// perturb is added to the first token's weight (the controls).
+// perturb is added to the first token's weight (the controls). With `wanted` (T) the weights are 0
+// outside it, and with `restrict` the head computes only its rows (LogProbOptions::wanted).
 Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool packed, bool fused = false,
-            double perturb = 0) {
+            double perturb = 0, const torch::Tensor& wanted = {}, bool restrict = false) {
   model->zero_grad();
   Outcome o;
   models::LogProbOptions opts{true, true, 5};
   const int64_t n = (packed ? b.packed_targets : b.padded_targets).numel();
-  const torch::Tensor wl = test::random_weights(n, 1, torch::kFloat64).clone();  // (T)
+  torch::Tensor wl = test::random_weights(n, 1, torch::kFloat64).clone();  // (T)
   wl[0] += perturb;
-  const torch::Tensor we = test::random_weights(n, 2, torch::kFloat64);  // (T)
+  torch::Tensor we = test::random_weights(n, 2, torch::kFloat64);  // (T)
+  if (wanted.defined()) {
+    wl = wl * wanted, we = we * wanted;
+    if (restrict) opts.wanted = packed ? wanted : wanted.view(b.padded_targets.sizes());
+  }
   if (fused) {
     opts.token_loss = [&](const torch::Tensor& index, const torch::Tensor& logp, const torch::Tensor& entropy) {
       const torch::Tensor gl = wl.index_select(0, index), ge = we.index_select(0, index);  // (C)
@@ -163,6 +168,58 @@ TEST_CASE("tp and cp on the fused attention kernels, with layer recompute, equal
       if (l.cp == 1) check_equal(real_logits(run(model, b, false)), ref_padded, single->config(), g);
     }
   }
+}
+
+TEST_CASE("the head on the wanted rows only: log-probs there, 0 elsewhere, the same gradients (float64 1e-10)",
+          "[mpi][llama]") {
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 1, 9, 4, 12}, 97, 21));
+  const int64_t n = b.packed_targets.numel();
+  const torch::Tensor valid = b.padded.attention_mask.reshape({-1});  // (B*T)
+  const auto padded_of = [&](const torch::Tensor& w) {                // (N) -> (B*T), 0 on padding
+    return torch::zeros({valid.numel()}, w.options()).masked_scatter(valid, w);
+  };
+  models::LlamaForCausalLM single = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64);
+  // Every third token unwanted; and none wanted at all (one row still runs the head, so every
+  // rank's backward has the same collectives: no hang under cp).
+  const torch::Tensor some = (torch::arange(n) % 3 != 0).to(torch::kFloat64), none = torch::zeros({n}, torch::kFloat64);
+  for (const auto& [name, w] : {std::pair{"some", some}, std::pair{"none", none}}) {
+    for (const bool fused : {false, true}) {
+      // The reference: every row through the head, the unwanted ones weighted 0 and zeroed here.
+      const auto reference = [&](bool packed) {
+        const torch::Tensor wt = packed ? w : padded_of(w);
+        Outcome r = run(single, b, packed, fused, 0, wt, false);
+        r.logp = r.logp * wt.view(r.logp.sizes()), r.entropy = r.entropy * wt.view(r.logp.sizes());
+        return r;
+      };
+      const Outcome ref_packed = reference(true), ref_padded = reference(false);
+      const auto zero_row0 = [&](Outcome o) {  // "none" keeps row 0's real value
+        if (w.sum().item<double>() == 0) o.logp.view(-1)[0] = 0, o.entropy.view(-1)[0] = 0;
+        return o;
+      };
+      const Groups solo({1, 1});
+      INFO(name << (fused ? " fused" : ""));
+      check_equal(zero_row0(run(single, b, true, fused, 0, w, true)), ref_packed, single->config(), solo, fused);
+      check_equal(zero_row0(run(single, b, false, fused, 0, padded_of(w), true)), ref_padded, single->config(), solo,
+                  fused);
+      for (const Layout l : kLayouts) {
+        if (!fits(l) || l.tp == 4) continue;  // the fixture has 2 kv heads
+        INFO("tp=" << l.tp << " cp=" << l.cp);
+        Groups g(l);
+        models::LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), g.ctx, torch::kFloat64);
+        Outcome got = run(model, b, true, fused, 0, w, true);
+        // Under cp, "none" runs row 0 of each rank's shard: zero every row the reference zeroed.
+        got.logp = got.logp * w, got.entropy = got.entropy * w;
+        check_equal(got, ref_packed, single->config(), g, fused);
+        if (l.cp == 1)
+          check_equal(zero_row0(run(model, b, false, fused, 0, padded_of(w), true)), ref_padded, single->config(), g,
+                      fused);
+      }
+    }
+  }
+  // Control: the restricted head does leave the unwanted rows at 0 (the full head does not).
+  const Outcome full = run(single, b, true, false, 0, some, false), part = run(single, b, true, false, 0, some, true);
+  CHECK((part.logp.masked_select(some == 0) == 0).all().item<bool>());
+  CHECK((full.logp.masked_select(some == 0) != 0).all().item<bool>());
 }
 
 TEST_CASE("the loss fused into the lm head: one rank, tp and cp equal autograd through the log-probs (float64 1e-10)",
