@@ -43,7 +43,7 @@ PolicyModel::Output LlamaPolicy::run(const Batch& batch, bool with_entropy, cons
   models::LogProbOptions o = options_;
   o.with_entropy = with_entropy;
   if (loss != nullptr) o.token_loss = *loss;
-  o.wanted = batch.loss_mask;  // every consumer of the log-probs masks them with it
+  if (head_on_trained_rows_) o.wanted = batch.loss_mask;  // every consumer of the log-probs masks them with it
   const torch::Device d = model_->parameters().front().device();
   std::optional<parallel::LoraOffGuard> off;
   if (adapters_off_) off.emplace();
@@ -142,6 +142,7 @@ std::unique_ptr<TextPolicy> LlamaPolicy::frozen_copy() {
   if (lora_ || adapters_off_) {  // the base: the same tensors, read with the adapters off
     auto ref = std::make_unique<LlamaPolicy>(model_, options_);
     ref->adapters_off_ = true;
+    ref->head_on_trained_rows_ = head_on_trained_rows_;
     return ref;
   }
   models::LlamaForCausalLM ref(model_->config(), model_->parallel_context(), std::nullopt);
@@ -151,7 +152,9 @@ std::unique_ptr<TextPolicy> LlamaPolicy::frozen_copy() {
   torch::NoGradGuard no_grad;
   const auto src = model_->named_parameters();
   for (auto& p : ref->named_parameters()) p.value().copy_(src[p.key()]), p.value().set_requires_grad(false);
-  return std::make_unique<LlamaPolicy>(ref, options_);
+  auto copy = std::make_unique<LlamaPolicy>(ref, options_);
+  copy->head_on_trained_rows_ = head_on_trained_rows_;
+  return copy;
 }
 
 models::LlamaConfig llama_config(const ArModelConfig& m) {

@@ -49,6 +49,7 @@ class LlamaPolicy final : public TextPolicy {
   void load_base(const std::string& dir) override;
 
   models::LlamaForCausalLM& model() { return model_; }
+  void set_head_on_trained_rows(bool on) override { head_on_trained_rows_ = on; }
 
  private:
   template <class Batch>
@@ -58,6 +59,7 @@ class LlamaPolicy final : public TextPolicy {
   std::optional<models::LoraSpec> lora_;  // the policy trains these adapters
   nlohmann::json adapter_info_;
   bool adapters_off_ = false;  // the KL reference of a LoRA policy: the same model, adapters off
+  bool head_on_trained_rows_ = false;
 };
 
 models::PackedInput to_model_input(const PackedBatch& batch);

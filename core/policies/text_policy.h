@@ -45,6 +45,12 @@ class TextPolicy : public PolicyModel {
   virtual std::vector<torch::Tensor> base_parameters() { return parameters(); }
   virtual void save_base(const std::string& dir, bool write) { save(dir, write); }
   virtual void load_base(const std::string& dir) { load(dir); }
+
+  // Runs the lm head on the loss-mask rows only in the training forwards of this policy and of its
+  // frozen copies (their log-probs are 0 elsewhere). On for multi-turn episodes, which are mostly
+  // prompt and observations; single-turn recipes keep the full head, which the measured figures
+  // assume. A no-op where a policy has no such mode.
+  virtual void set_head_on_trained_rows(bool) {}
 };
 
 }  // namespace tandem

@@ -67,6 +67,7 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
       text_policy_spec(ar.model.arch)
           .build(config, parallel::ParallelContext::from(comms.model_tp, comms.model_cp), device, dtype);
   policy_ = std::move(built.policy);
+  policy_->set_head_on_trained_rows(ar.env.enabled());
   unified_ = built.unified;
   int64_t n_params = 0;
   for (const auto& p : policy_->parameters()) n_params += p.numel();
