@@ -70,6 +70,20 @@ TEST_CASE("wrong types and ranges name the path, value and allowed range", "[con
   CHECK_THAT(error_of("optim: {betas: [0.9]}"), Catch::Contains("optim.betas: expected exactly 2 numbers"));
   CHECK_THAT(error_of("run: 5"), Catch::Contains("run: expected a mapping"));
   CHECK_THAT(error_of("tracks: {ar: {rollout: {stop: 5}}}"), Catch::Contains("expected a list of strings"));
+  CHECK_THAT(error_of("tracks: {ar: {warmstart: {warmup_steps: -1}}}"),
+             Catch::Contains("tracks.ar.warmstart.warmup_steps: -1 is out of range"));
+}
+
+TEST_CASE("the warm-start's own schedule: constant by default, cosine / linear with warmup read", "[config]") {
+  const Config d = load_config_from_string("tracks: {ar: {warmstart: {steps: 4}}}", "test", {});
+  CHECK(d.tracks.ar.warmstart.schedule == LrSchedule::kConstant);
+  CHECK(d.tracks.ar.warmstart.warmup_steps == 0);
+  const Config c =
+      load_config_from_string("tracks: {ar: {warmstart: {steps: 40, schedule: cosine, warmup_steps: 5}}}", "test", {});
+  CHECK(c.tracks.ar.warmstart.schedule == LrSchedule::kCosine);
+  CHECK(c.tracks.ar.warmstart.warmup_steps == 5);
+  CHECK_THAT(error_of("tracks: {ar: {warmstart: {schedule: exponential}}}"),
+             Catch::Contains("tracks.ar.warmstart.schedule: 'exponential' is not one of"));
 }
 
 TEST_CASE("cross-field rules", "[config]") {

@@ -103,6 +103,14 @@ void validate_geometry(const TrainConfig& train, const char* track, const std::o
 void validate_lora(const Config& c);
 void validate_env(const Config& c);
 
+// The checks a prompt source needs whether it feeds training (tracks.ar.data) or eval (eval.data).
+void validate_data_source(const ArDataConfig& d, const std::string& prefix, TokenizerKind tokenizer) {
+  require(d.task != "jsonl" || d.path, prefix + ".path", "required when " + prefix + ".task is jsonl");
+  require(d.task != "multiply" || tokenizer == TokenizerKind::kHf, prefix + ".task",
+          "multiply asks in words (\"What is 713 * 11?\"), which the char tokenizer's alphabet does not hold; use "
+          "an hf tokenizer");
+}
+
 void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   const ArTrackConfig& ar = c.tracks.ar;
   const ArModelConfig& m = ar.model;
@@ -169,14 +177,11 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
           "required when tokenizer.kind is hf");
   require(ar.tokenizer.kind != TokenizerKind::kChar || !ar.tokenizer.alphabet.empty(), "tracks.ar.tokenizer.alphabet",
           "must not be empty for the char tokenizer");
-  require(ar.data.task != "jsonl" || ar.data.path, "tracks.ar.data.path", "required when data.task is jsonl");
+  validate_data_source(ar.data, "tracks.ar.data", ar.tokenizer.kind);
   require(!ar.data.min_digits || !ar.data.max_digits || *ar.data.min_digits <= *ar.data.max_digits,
           "tracks.ar.data.min_digits", "must not exceed max_digits");
   require(ar.data.task != "shape_corners" || (!ar.data.min_digits && !ar.data.max_digits), "tracks.ar.data.min_digits",
           "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
-  require(ar.data.task != "multiply" || ar.tokenizer.kind == TokenizerKind::kHf, "tracks.ar.data.task",
-          "multiply asks in words (\"What is 713 * 11?\"), which the char tokenizer's alphabet does not hold; use "
-          "an hf tokenizer");
   const auto& names = registered_names(NameTable::kArReward);
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           unknown_name_message("AR reward", ar.reward.kind, names));
@@ -369,10 +374,7 @@ void validate(const Config& c, int64_t world_size) {
           "set it to none");
   if (c.eval.enabled() && c.tracks.ar.enabled) {
     const ArDataConfig& d = c.eval.data;
-    require(d.task != "jsonl" || d.path, "eval.data.path",
-            "required when eval.data.task is jsonl (the held-out prompts)");
-    require(d.task != "multiply" || c.tracks.ar.tokenizer.kind == TokenizerKind::kHf, "eval.data.task",
-            "multiply asks in words, which the char tokenizer's alphabet does not hold; use an hf tokenizer");
+    validate_data_source(d, "eval.data", c.tracks.ar.tokenizer.kind);
     const int64_t new_tokens = c.eval.max_new_tokens.value_or(c.tracks.ar.rollout.max_new_tokens);
     require(new_tokens < c.tracks.ar.model.max_seq_len, "eval.max_new_tokens",
             std::to_string(new_tokens) + " leaves no room for a prompt within tracks.ar.model.max_seq_len " +

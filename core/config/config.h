@@ -193,6 +193,11 @@ struct ArAlgoConfig {
 struct ArWarmstartConfig {
   int64_t steps = 0;
   double lr = 1e-3;
+  // The warm-start's own learning-rate schedule over its steps (core/grpo/lr_schedule.h), as
+  // optim's is over run.steps. A long supervised warm-start at a constant rate plateaus noisily
+  // (and can diverge late); a decay lets it settle.
+  int64_t warmup_steps = 0;
+  LrSchedule schedule = LrSchedule::kConstant;
   int64_t batch_size = 32;  // sequences per step, over all dp ranks
   // With tracks.ar.env: the demonstrated conversations (JSON lines, {"messages": [...]}) whose
   // model turns the warm-start trains on (core/env/demonstrations.h). Required there.

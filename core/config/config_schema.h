@@ -183,6 +183,8 @@ template <class V>
 void visit(V& v, ArWarmstartConfig& c) {
   v.field("steps", c.steps, at_least(0, "0 disables the warm-start"));
   v.field("lr", c.lr, above(0));
+  v.field("warmup_steps", c.warmup_steps, at_least(0));
+  v.field("schedule", c.schedule);
   v.field("batch_size", c.batch_size, at_least(1));
   v.field("demos", c.demos);
 }

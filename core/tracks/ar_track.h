@@ -142,6 +142,8 @@ class ArTrack final : public Track {
   double publish_s_ = 0;
   std::unique_ptr<tasks::PromptSource> warm_source_;  // the warm-start in progress
   std::vector<nlohmann::ordered_json> warm_demos_;    // with env: its demonstrations
+  std::vector<int64_t> warm_order_;                   // their order in epoch warm_order_epoch_
+  int64_t warm_order_epoch_ = -1;
   std::unique_ptr<torch::optim::AdamW> warm_opt_;
 };
 

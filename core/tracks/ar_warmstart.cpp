@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/env/demonstrations.h"
+#include "core/grpo/lr_schedule.h"
 #include "core/tasks/det_rng.h"
 #include "core/tasks/task_factory.h"
 #include "core/tracks/ar_track.h"
@@ -25,14 +26,17 @@ double ArTrack::warmstart() {
 std::vector<ArSample> ArTrack::demonstration_shard(int64_t step) {
   const ArWarmstartConfig& w = config_.tracks.ar.warmstart;
   const auto n = static_cast<int64_t>(warm_demos_.size());
-  // Epochs in a fresh order each (Fisher-Yates on the run's seed: the same on every rank and host).
-  const auto order = [&](int64_t epoch) {
-    std::vector<int64_t> p(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  // Epochs in a fresh order each (Fisher-Yates on the run's seed: the same on every rank and host),
+  // drawn once per epoch.
+  const auto order = [&](int64_t epoch) -> const std::vector<int64_t>& {
+    if (warm_order_epoch_ == epoch) return warm_order_;
+    warm_order_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) warm_order_[static_cast<size_t>(i)] = i;
     tasks::DetRng rng(tasks::hash_combine(static_cast<uint64_t>(config_.run.seed) + 1, static_cast<uint64_t>(epoch)));
     for (int64_t i = n - 1; i > 0; --i)
-      std::swap(p[static_cast<size_t>(i)], p[rng.below(static_cast<uint64_t>(i + 1))]);
-    return p;
+      std::swap(warm_order_[static_cast<size_t>(i)], warm_order_[rng.below(static_cast<uint64_t>(i + 1))]);
+    warm_order_epoch_ = epoch;
+    return warm_order_;
   };
   std::vector<ArSample> out;
   for (int64_t j = dp_rank_; j < w.batch_size; j += dp_size_) {
@@ -90,6 +94,8 @@ double ArTrack::warmstart_step(int64_t step) {
     local_tokens += static_cast<double>(answer.size());
     samples.push_back(std::move(s));
   }
+  const double lr = learning_rate(w.lr, w.schedule, w.warmup_steps, w.steps, step);
+  for (auto& group : warm_opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   torch::Tensor n_tok = torch::tensor({local_tokens}, torch::kFloat64);
   comms_.dp->all_reduce(n_tok);  // token-mean over the whole batch, like the RL loss
   std::vector<const ArSample*> ptrs;
@@ -117,10 +123,11 @@ double ArTrack::warmstart_step(int64_t step) {
   comms_.dp->all_reduce(l);
   const double loss_value = l.item<double>();
   if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
-    spdlog::info("warmstart {}/{} | {}-token NLL {:.4f}", step + 1, w.steps, episodes_ ? "model-turn" : "answer",
-                 loss_value);
+    spdlog::info("warmstart {}/{} | lr {:.3g} | {}-token NLL {:.4f}", step + 1, w.steps,
+                 static_cast<torch::optim::AdamWOptions&>(warm_opt_->param_groups().front().options()).lr(),
+                 episodes_ ? "model-turn" : "answer", loss_value);
   if (step + 1 == w.steps) {
-    warm_opt_.reset(), warm_source_.reset(), warm_demos_.clear();
+    warm_opt_.reset(), warm_source_.reset(), warm_demos_.clear(), warm_order_.clear(), warm_order_epoch_ = -1;
     if (base)
       for (auto p : params) p.mutable_grad() = torch::Tensor(), p.set_requires_grad(false);
   }
