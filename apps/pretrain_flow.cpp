@@ -42,7 +42,7 @@ int run_pretrain_flow(const TrainArgs& args, int argc, char** argv) {
     models::DitFlow model(models::Dit{dc});
     const std::string out = config.tracks.image.pretrain.path.value_or(run_directory(config) + "/pretrain");
     // Every rank is a data-parallel replica here, whatever the training layout.
-    const FlowPretrainSummary s = pretrain_flow(model, config, *world, *world, out);
+    const FlowPretrainSummary s = pretrain_flow(model, {}, config, *world, *world, out);
     if (mpi.rank() == 0)
       std::cout << "pretrain-flow: velocity MSE " << s.first_loss << " -> " << s.final_loss
                 << " (mean of the last 10%); "

@@ -99,20 +99,19 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
 
 thread_local bool t_lora_active = true;
 
-// scale * (x A^T) B^T in the factors' dtype, which is x's in a run (attach_lora), so nothing is
-// converted: (..., in[_local]) -> (..., out[_local]) in `dtype`.
-torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, double scale,
-                         torch::ScalarType dtype) {
-  const torch::Tensor xa = torch::matmul(x.to(a.scalar_type()), a.t()) * scale;  // (..., r)
-  return torch::matmul(xa, b.t()).to(dtype);                                     // (..., out)
-}
-
 void check_factors(const torch::Tensor& a, const torch::Tensor& b, int64_t in, int64_t out, const char* what) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == in && b.size(0) == out && a.size(0) == b.size(1), what,
               ": LoRA factors A ", a.sizes(), " and B ", b.sizes(), " do not fit a layer of ", in, " -> ", out);
 }
 
 }  // namespace
+
+// In the factors' dtype, which is x's in a run (attach_lora), so nothing is converted.
+torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, double scale,
+                         torch::ScalarType dtype) {
+  const torch::Tensor xa = torch::matmul(x.to(a.scalar_type()), a.t()) * scale;  // (..., r)
+  return torch::matmul(xa, b.t()).to(dtype);                                     // (..., out)
+}
 
 bool lora_active() { return t_lora_active; }
 LoraOffGuard::LoraOffGuard() : previous_(t_lora_active) { t_lora_active = false; }

@@ -23,6 +23,10 @@ struct LoraFactors {
   bool defined() const { return a.defined(); }
 };
 
+// scale * (x A^T) B^T: (..., in) -> (..., out) in `dtype`.
+torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, double scale,
+                         torch::ScalarType dtype);
+
 // Whether adapters apply on this thread: on by default; LoraOffGuard turns them off for its scope
 // (the KL reference and the base-only phases run the same modules without them). Thread-local, so
 // a reference forward on the overlap worker's thread leaves the sampler's adapters on.

@@ -258,7 +258,7 @@ TEST_CASE(
 
 TEST_CASE("the recipe's tracks.ar.lora: all-linear resolves to the seven modules; bad values exit 2 naming the key",
           "[lora][config]") {
-  ArLoraConfig l;
+  LoraConfig l;
   l.rank = 8;
   CHECK(lora_spec(l).targets == models::lora_linear_names());
   l.targets = {"q_proj", "o_proj"};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -101,6 +102,7 @@ void validate_geometry(const TrainConfig& train, const char* track, const std::o
 }
 
 void validate_lora(const Config& c);
+void validate_image_lora(const Config& c);
 void validate_env(const Config& c);
 
 // The checks a prompt source needs whether it feeds training (tracks.ar.data) or eval (eval.data).
@@ -233,31 +235,35 @@ void validate_env(const Config& c) {
           "must leave room for the prompt within the episode's max_tokens " + std::to_string(cap));
 }
 
+// A LoRA section's dropout and targets: `all-linear` alone, or distinct names from `names`.
+void validate_lora_section(const LoraConfig& l, const std::string& prefix, const std::vector<std::string>& names) {
+  require(l.dropout == 0, prefix + ".dropout",
+          "must be 0: dropout on the adapters' input would make the old / reference log-probs and the sampler "
+          "disagree with the trained forward");
+  require(!l.targets.empty(), prefix + ".targets", "must be all-linear or a non-empty list of layer names");
+  std::string listed;
+  for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  std::set<std::string> seen;
+  for (const std::string& t : l.targets) {
+    if (t == "all-linear") {
+      require(l.targets.size() == 1, prefix + ".targets", "all-linear stands alone (it names " + listed + ")");
+      continue;
+    }
+    require(std::find(names.begin(), names.end(), t) != names.end(), prefix + ".targets",
+            "unknown layer '" + t + "'; use all-linear or names from " + listed);
+    require(seen.insert(t).second, prefix + ".targets", "'" + t + "' is listed twice");
+  }
+}
+
 // tracks.ar.lora: what the adapters (models/llama/lora.h) can do exactly.
 void validate_lora(const Config& c) {
-  const ArLoraConfig& l = c.tracks.ar.lora;
+  const LoraConfig& l = c.tracks.ar.lora;
   if (!l.enabled()) return;
   const std::string why = " (tracks.ar.lora.rank " + std::to_string(l.rank) + " turns LoRA on)";
   require(c.tracks.ar.model.arch == ArArch::kLlama, "tracks.ar.lora.rank",
           "LoRA adapts the llama architecture's linear layers; arch unified has none yet: set rank 0" + why);
-  require(l.dropout == 0, "tracks.ar.lora.dropout",
-          "must be 0: dropout on the adapters' input would make the old / reference log-probs and the sampler "
-          "disagree with the trained forward");
-  require(!l.targets.empty(), "tracks.ar.lora.targets", "must be all-linear or a non-empty list of module names");
-  static const std::set<std::string> kNames{"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                            "gate_proj", "up_proj", "down_proj"};
-  std::set<std::string> seen;
-  for (const std::string& t : l.targets) {
-    if (t == "all-linear") {
-      require(l.targets.size() == 1, "tracks.ar.lora.targets", "all-linear stands alone (it names all seven)");
-      continue;
-    }
-    require(kNames.count(t) > 0, "tracks.ar.lora.targets",
-            "unknown module '" + t +
-                "'; use all-linear or names from q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                "up_proj, down_proj");
-    require(seen.insert(t).second, "tracks.ar.lora.targets", "'" + t + "' is listed twice");
-  }
+  validate_lora_section(l, "tracks.ar.lora",
+                        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
   // With LoRA the warm-start trains the base itself (a stand-in for pretraining a random init).
   require(c.tracks.ar.warmstart.steps == 0 || !c.tracks.ar.model.hf_dir, "tracks.ar.warmstart.steps",
           "with tracks.ar.lora the warm-start trains the base, but this base is tracks.ar.model.hf_dir's weights, "
@@ -268,6 +274,23 @@ void validate_lora(const Config& c) {
           "master weights (only the adapters have them); use run.dtype float32 or warmstart.steps: 0");
   require(!c.tracks.image.enabled || c.tracks.image.model.arch != ImageArch::kShared, "tracks.ar.lora.rank",
           "LoRA does not cover a model shared with the image track yet; set rank 0" + why);
+}
+
+// tracks.image.lora: adapters on the DiT's projections (models/dit/dit_layers.h).
+void validate_image_lora(const Config& c) {
+  const ImageTrackConfig& im = c.tracks.image;
+  if (!im.enabled || !im.lora.enabled()) return;
+  const std::string why = " (tracks.image.lora.rank " + std::to_string(im.lora.rank) + " turns LoRA on)";
+  require(im.model.arch == ImageArch::kDit, "tracks.image.lora.rank",
+          "LoRA adapts the track's own DiT; a model shared with the AR track (arch shared) has no adapters yet: "
+          "set rank 0" +
+              why);
+  validate_lora_section(im.lora, "tracks.image.lora", {"qkv", "proj", "mlp_fc1", "mlp_fc2"});
+  // The pretraining trains the base itself (a stand-in for the pretrained model LoRA starts from).
+  require(im.pretrain.steps == 0 || c.run.dtype != DType::kBFloat16, "tracks.image.pretrain.steps",
+          "with tracks.image.lora and run.dtype bfloat16 the pretraining would train the bf16 base without "
+          "float32 master weights (only the adapters have them); pretrain with run.dtype float32 "
+          "(tandem pretrain-flow) and load it from tracks.image.pretrain.path with steps: 0");
 }
 
 // train.overlap and parallel.rollout_ranks (hybrid-async rollout) and the staleness they allow.
@@ -381,7 +404,7 @@ void validate(const Config& c, int64_t world_size) {
                 std::to_string(c.tracks.ar.model.max_seq_len));
   }
   if (c.tracks.ar.enabled) validate_ar(c, dims ? &*dims : nullptr);
-  if (c.tracks.image.enabled) validate_image(c);
+  if (c.tracks.image.enabled) validate_image(c), validate_image_lora(c);
 }
 
 namespace {

@@ -204,13 +204,14 @@ struct ArWarmstartConfig {
   std::optional<std::string> demos;
 };
 
-// LoRA (tracks.ar.lora): low-rank adapters on the policy's linear layers, trained on a frozen
-// base; the KL reference is the base with the adapters off. rank 0: off (full fine-tuning).
-struct ArLoraConfig {
+// LoRA (tracks.ar.lora, tracks.image.lora): low-rank adapters on the policy's linear layers,
+// trained on a frozen base; the KL reference is the base with the adapters off. rank 0: off (full
+// fine-tuning).
+struct LoraConfig {
   int64_t rank = 0;
   double alpha = 16;  // the adapters' output scales by alpha / rank (peft's lora_alpha)
-  // all-linear (q/k/v/o_proj, gate/up/down_proj in every layer, as peft's all-linear), or a list of
-  // those names.
+  // all-linear, or a list of layer names. The Llama: q/k/v/o_proj, gate/up/down_proj in every
+  // layer (peft's all-linear). The DiT: qkv, proj, mlp_fc1, mlp_fc2 in every block.
   std::vector<std::string> targets{"all-linear"};
   double dropout = 0;
   bool enabled() const { return rank > 0; }
@@ -252,7 +253,7 @@ struct ArTrackConfig {
   ArRolloutConfig rollout;
   ArAlgoConfig algo;
   ArWarmstartConfig warmstart;
-  ArLoraConfig lora;
+  LoraConfig lora;
   ArEnvConfig env;
 };
 
@@ -329,6 +330,7 @@ struct ImageTrackConfig {
   ImageRolloutConfig rollout;
   ImageAlgoConfig algo;
   ImagePretrainConfig pretrain;
+  LoraConfig lora;
 };
 
 struct TracksConfig {

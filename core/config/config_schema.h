@@ -190,7 +190,7 @@ void visit(V& v, ArWarmstartConfig& c) {
 }
 
 template <class V>
-void visit(V& v, ArLoraConfig& c) {
+void visit(V& v, LoraConfig& c) {
   v.field("rank", c.rank, closed(0, 4096));
   v.field("alpha", c.alpha, above(0));
   v.field("targets", c.targets);
@@ -301,6 +301,7 @@ void visit(V& v, ImageTrackConfig& c) {
   v.section("rollout", c.rollout);
   v.section("algo", c.algo);
   v.section("pretrain", c.pretrain);
+  v.section("lora", c.lora);
 }
 
 template <class V>

@@ -188,7 +188,7 @@ models::LlamaConfig llama_config(const ArModelConfig& m) {
   return c;
 }
 
-models::LoraSpec lora_spec(const ArLoraConfig& l) {
+models::LoraSpec lora_spec(const LoraConfig& l) {
   models::LoraSpec spec;
   spec.rank = l.rank;
   spec.alpha = l.alpha;

@@ -69,7 +69,7 @@ models::PaddedInput to_model_input(const PaddedBatch& batch);
 models::LlamaConfig llama_config(const ArModelConfig& model);
 
 // tracks.ar.lora as the adapters' spec (all-linear resolved to the module names).
-models::LoraSpec lora_spec(const ArLoraConfig& lora);
+models::LoraSpec lora_spec(const LoraConfig& lora);
 // The adapters' init seed is run.seed + this.
 inline constexpr uint64_t kLoraSeedOffset = 0x4c6f5241;  // "LoRA"
 

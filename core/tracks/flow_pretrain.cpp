@@ -15,14 +15,16 @@
 
 namespace tandem {
 
-FlowPretrainSummary pretrain_flow(models::FlowModel& model, const Config& config, parallel::Communicator& dp,
-                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir,
+FlowPretrainSummary pretrain_flow(models::FlowModel& model, std::vector<torch::Tensor> params, const Config& config,
+                                  parallel::Communicator& dp, parallel::Communicator& grad,
+                                  const std::optional<std::string>& save_dir,
                                   const std::function<void(int64_t)>& between) {
   const ImageTrackConfig& im = config.tracks.image;
   const ImagePretrainConfig& p = im.pretrain;
   tasks::ShapesDataset data(
       {im.model.image_size, im.model.channels, im.model.num_classes, static_cast<uint64_t>(config.run.seed)});
-  torch::optim::AdamW opt(model.parameters(), torch::optim::AdamWOptions(p.lr).weight_decay(0.0));
+  if (params.empty()) params = model.parameters();
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(p.lr).weight_decay(0.0));
   const auto device = model.device();
   const auto dtype = model.dtype();
   const bool rank0 = dp.rank() == 0 && grad.rank() == 0;
@@ -56,8 +58,8 @@ FlowPretrainSummary pretrain_flow(models::FlowModel& model, const Config& config
       loss = (v - (eps - x0)).pow(2).flatten(1).mean(1).sum() / static_cast<double>(p.batch_size);
       loss.backward();
     }
-    parallel::all_reduce_gradients(model.parameters(), grad);
-    torch::nn::utils::clip_grad_norm_(model.parameters(), 1.0);
+    parallel::all_reduce_gradients(params, grad);
+    torch::nn::utils::clip_grad_norm_(params, 1.0);
     opt.step();
     opt.zero_grad();
     torch::Tensor l = torch::tensor({loss.item<double>()}, torch::kFloat64);

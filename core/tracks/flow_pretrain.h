@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config/config.h"
 #include "models/layers/flow_model.h"
@@ -22,9 +23,11 @@ struct FlowPretrainSummary {
 // label_dropout. Each dp rank takes its slice of every batch; gradients are summed over `grad`.
 // With save_dir, rank 0 writes model.safetensors, loss.jsonl and samples.png there.
 // `between(step)` (when set) runs after each step's update: a shared model's text warm-start
-// interleaves its steps there.
-FlowPretrainSummary pretrain_flow(models::FlowModel& model, const Config& config, parallel::Communicator& dp,
-                                  parallel::Communicator& grad, const std::optional<std::string>& save_dir,
+// interleaves its steps there. `params`: what it trains, model.parameters() when empty (a LoRA
+// policy's caller passes the base, adapters off).
+FlowPretrainSummary pretrain_flow(models::FlowModel& model, std::vector<torch::Tensor> params, const Config& config,
+                                  parallel::Communicator& dp, parallel::Communicator& grad,
+                                  const std::optional<std::string>& save_dir,
                                   const std::function<void(int64_t)>& between = {});
 
 }  // namespace tandem

@@ -26,6 +26,7 @@
 #include "core/tracks/flow_pretrain.h"
 #include "models/dit/flow_sde.h"
 #include "models/dit/sampler.h"
+#include "models/layers/lora_linear.h"
 #include "models/safetensors.h"
 #include "models/unified/flow.h"
 #include "runtime/timing.h"
@@ -37,6 +38,8 @@ namespace fs = std::filesystem;
 namespace tandem {
 
 namespace {
+
+constexpr uint64_t kImageLoraSeedOffset = 0x494c6f52;  // "ILoR"
 
 uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -90,14 +93,6 @@ std::vector<int64_t> ids_of(const std::vector<const ImageSample*>& samples) {
   return ids;
 }
 
-void load_file(models::FlowModel& model, const std::string& path) {
-  try {
-    model.load_tensors(models::load_safetensors(path), path);
-  } catch (const UserError& e) {
-    throw UserError(std::string(e.what()) + " (does tracks.image.model match the saved model?)");
-  }
-}
-
 }  // namespace
 
 ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::Device device, torch::Dtype dtype,
@@ -115,7 +110,23 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
     if (im.algo.kl.coef > 0) reference_ = std::make_unique<models::UnifiedFlow>(frozen_copy(*shared_model), prompts);
   } else {
     flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
-    if (im.algo.kl.coef > 0) {
+    if (im.lora.enabled()) {
+      lora_dit_ = static_cast<models::DitFlow&>(*flow_).module().get();
+      models::LoraSpec spec{im.lora.rank, im.lora.alpha, im.lora.targets};
+      if (spec.targets == std::vector<std::string>{"all-linear"}) spec.targets = models::lora_dit_names();
+      models::attach_lora(*lora_dit_, spec, static_cast<uint64_t>(config.run.seed) + kImageLoraSeedOffset);
+      std::string names;
+      for (const auto& t : spec.targets) names += (names.empty() ? "" : ", ") + t;
+      int64_t adapters = 0, all = 0;
+      for (const auto& p : models::lora_parameters(*lora_dit_)) adapters += p.numel();
+      for (const auto& p : lora_dit_->parameters()) all += p.numel();
+      spdlog::info(
+          "image lora: rank {}, alpha {} (scale {:.4g}), targets {}: {} adapter parameters trained ({:.2f}% of the "
+          "frozen base's {}); sampling and eval use base + adapters unmerged{}",
+          spec.rank, spec.alpha, spec.scale(), names, adapters,
+          100.0 * static_cast<double>(adapters) / static_cast<double>(all - adapters), all - adapters,
+          kl_on() ? "; the KL reference is the base (adapters off)" : "");
+    } else if (im.algo.kl.coef > 0) {
       reference_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
       for (auto& p : reference_->parameters()) p.set_requires_grad(false);
     }
@@ -135,6 +146,10 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
 
 ImageTrack::~ImageTrack() = default;
 
+std::vector<torch::Tensor> ImageTrack::parameters() {
+  return lora_dit_ ? models::lora_parameters(*lora_dit_) : flow_->parameters();
+}
+
 std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between,
                                                     int64_t between_steps) {
   const ImagePretrainConfig& p = config_.tracks.image.pretrain;
@@ -142,7 +157,7 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
   const std::string record = p.path ? *p.path + "/pretrain.json" : "";
   std::optional<int64_t> loaded;
   if (p.path && fs::exists(weights)) {
-    load_file(*flow_, weights);
+    load_weights(*flow_, weights);
     loaded = 0;
     if (fs::exists(record)) {
       std::ifstream in(record);
@@ -156,7 +171,20 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
     }
     spdlog::info("image: pretrained {} loaded from {}", shared() ? "shared model" : "flow", weights);
   } else if (fresh_start && p.steps > 0) {
-    const FlowPretrainSummary s = pretrain_flow(*flow_, config_, *comms_.dp, *comms_.grad, p.path, between);
+    // With LoRA the pretraining trains the base itself, adapters off: it stands in for the
+    // pretrained model a LoRA run starts from (the base is frozen again for RL).
+    std::optional<parallel::LoraOffGuard> adapters_off;
+    std::vector<torch::Tensor> base;
+    if (lora_dit_) {
+      adapters_off.emplace();
+      for (const auto& np : lora_dit_->named_parameters())
+        if (!models::is_lora_parameter(np.key())) base.push_back(np.value());
+      for (auto& t : base) t.set_requires_grad(true);
+      spdlog::info(
+          "image: tracks.image.lora is on: pretraining trains the base (adapters off), which RL then keeps frozen");
+    }
+    const FlowPretrainSummary s = pretrain_flow(*flow_, base, config_, *comms_.dp, *comms_.grad, p.path, between);
+    for (auto& t : base) t.set_requires_grad(false);
     spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
     if (p.path && comms_.world->rank() == 0)
       std::ofstream(record) << nlohmann::json{{"flow_steps", p.steps}, {"text_warmstart_steps", between_steps}}.dump()
@@ -310,7 +338,7 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
         ref_mean_.back().emplace_back();
         for (int64_t k = 0; k < train_timesteps_; ++k) {
           if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*flow_, samples, k).log_prob);
-          if (reference_) ref_mean_.back().back().push_back(transition(*reference_, samples, k).mean);
+          if (kl_on()) ref_mean_.back().back().push_back(reference_transition(samples, k).mean);
         }
         old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
         old_slices_.back().push_back(ids_of(samples));
@@ -399,6 +427,13 @@ ImageTrack::Transition ImageTrack::transition(models::FlowModel& model, const st
   return {r.log_prob, r.mean, r.std_dev_t};
 }
 
+ImageTrack::Transition ImageTrack::reference_transition(const std::vector<const ImageSample*>& samples,
+                                                        size_t k) const {
+  if (reference_) return transition(*reference_, samples, k);
+  parallel::LoraOffGuard adapters_off;
+  return transition(*flow_, samples, k);
+}
+
 void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
   const ImageTrackConfig& im = config_.tracks.image;
   const auto t0 = std::chrono::steady_clock::now();
@@ -432,7 +467,7 @@ void ImageTrack::accumulate(int64_t mini, double weight, MetricMap& metrics) {
       const torch::Tensor adv = torch::tensor(adv_v, torch::kFloat64);
       const PolicyLoss pl = policy_loss(logp, old, adv, ones, idx, po);
       torch::Tensor per_sample = pl.loss;  // (B)
-      if (reference_) {
+      if (kl_on()) {
         const torch::Tensor ref = ref_mean_[mini][m][k];
         const torch::Tensor kl = ((tr.mean - ref).pow(2).flatten(1).mean(1) / (2 * tr.std_dev.pow(2)))
                                      .to(torch::kCPU)
@@ -469,25 +504,10 @@ void ImageTrack::finish(MetricMap& metrics) {
   metrics["loss"] = r["loss"] / static_cast<double>(schedule_.minis.size());
   metrics["pg/clipfrac"] = r.ratio("clipped", "transitions");
   metrics["pg/approx_kl"] = r.ratio("approx_kl", "transitions");
-  if (reference_) metrics["kl"] = r.ratio("kl", "transitions");
+  if (kl_on()) metrics["kl"] = r.ratio("kl", "transitions");
   metrics["pg/first_ratio_max_dev"] = r["first_ratio_dev"];
   metrics["pg/ratio_max_dev"] = r["ratio_dev"];
   metrics["train/transitions"] = r["transitions"];
-}
-
-void ImageTrack::save(const std::string& dir) {
-  if (comms_.world->rank() != 0) return;
-  if (shared() && !reference_) return;
-  fs::create_directories(dir + "/image_model");
-  // A shared model is the AR track's, saved there (ar_model/).
-  if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
-  // The KL reference is the starting policy; it is saved so a resume keeps the same one.
-  if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", reference_->named_tensors());
-}
-
-void ImageTrack::load(const std::string& dir) {
-  if (!shared()) load_file(*flow_, dir + "/image_model/model.safetensors");
-  if (reference_) load_file(*reference_, dir + "/image_model/reference.safetensors");
 }
 
 double ImageTrack::write_sample_grid(const std::string& path) {

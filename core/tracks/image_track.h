@@ -16,6 +16,7 @@
 #include "core/rewards/image_reward_fn.h"
 #include "core/rewards/reward_fn.h"
 #include "core/tracks/track.h"
+#include "models/dit/dit.h"
 #include "models/layers/flow_model.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/unified/model.h"
@@ -38,7 +39,8 @@ class ImageTrack final : public Track {
              const models::Tokenizer* tokenizer = nullptr);
   ~ImageTrack() override;
   std::string name() const override { return "image"; }
-  std::vector<torch::Tensor> parameters() override { return flow_->parameters(); }
+  // With tracks.image.lora the adapters only (the base is frozen).
+  std::vector<torch::Tensor> parameters() override;
   double weight() const override { return config_.tracks.image.weight; }
 
   void prepare(int64_t step, MetricMap& metrics) override;
@@ -93,13 +95,22 @@ class ImageTrack final : public Track {
     torch::Tensor std_dev;   // (B) std_dev_t
   };
   Transition transition(models::FlowModel& model, const std::vector<const ImageSample*>& samples, size_t k) const;
+  // The KL reference's: the frozen copy's, or a LoRA policy's base (the same model, adapters off).
+  Transition reference_transition(const std::vector<const ImageSample*>& samples, size_t k) const;
+  bool kl_on() const { return config_.tracks.image.algo.kl.coef > 0; }
+  // Loads a model.safetensors into `model`; UserError hints at a tracks.image.model mismatch.
+  static void load_weights(models::FlowModel& model, const std::string& path);
+  // Resume of a LoRA policy: the checkpoint's base must be the one this run loaded.
+  void check_lora_base(const std::string& checkpoint_base);
 
   Config config_;
   TrainerComms comms_;
   torch::Device device_;
   torch::Dtype dtype_;
-  std::unique_ptr<models::FlowModel> flow_;       // the policy
-  std::unique_ptr<models::FlowModel> reference_;  // frozen copy for the KL on transition means (kl.coef > 0)
+  std::unique_ptr<models::FlowModel> flow_;  // the policy
+  // Frozen copy for the KL on transition means (kl.coef > 0); none with LoRA (the base is it).
+  std::unique_ptr<models::FlowModel> reference_;
+  models::DitImpl* lora_dit_ = nullptr;  // tracks.image.lora: the DiT carrying the adapters
   std::unique_ptr<rewards::ImageRewardFn> reward_;
   std::unique_ptr<rewards::RewardFn> command_reward_;  // reward.kind: command (PNG files)
   MicroGeometry geometry_;

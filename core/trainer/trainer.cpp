@@ -69,6 +69,7 @@ std::string incompatible_change(const Config& saved, const Config& current) {
     only.tracks.ar.lora = c.tracks.ar.lora;  // the adapters' shapes (the base is checked by its identity)
     only.tracks.image.enabled = c.tracks.image.enabled;
     only.tracks.image.model = c.tracks.image.model;
+    only.tracks.image.lora = c.tracks.image.lora;
     return to_yaml(only);
   };
   const std::string a = shape_of(saved), b = shape_of(current);

@@ -20,8 +20,9 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
   return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
-torch::nn::Linear xavier_linear(int64_t in, int64_t out) {
-  torch::nn::Linear l(in, out);
+// The layers LoRA may adapt (lora_dit_names()): the attention and MLP projections.
+LoraLinear xavier_linear(int64_t in, int64_t out) {
+  LoraLinear l(in, out);
   torch::nn::init::xavier_uniform_(l->weight);
   torch::nn::init::zeros_(l->bias);
   return l;
@@ -53,6 +54,11 @@ torch::Tensor sincos_1d(const torch::Tensor& pos, int64_t dim) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& lora_dit_names() {
+  static const std::vector<std::string> kNames{"qkv", "proj", "mlp_fc1", "mlp_fc2"};
+  return kNames;
+}
 
 torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
   const torch::Dtype dtype = at_least_float32(t.scalar_type());

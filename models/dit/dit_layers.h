@@ -5,6 +5,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/layers/lora_linear.h"
 
 namespace tandem::models {
 
@@ -12,6 +16,12 @@ namespace tandem::models {
 // DiT / SD3 timesteps in [0, 1000] they were designed for.
 inline constexpr double kTimestepScale = 1000.0;
 inline constexpr int64_t kTimestepFrequencyDim = 256;
+
+// What LoRA's `all-linear` adapts in the DiT: each block's attention projections (attn.qkv,
+// attn.proj) and MLP (mlp_fc1, mlp_fc2), as flow_grpo adapts SD3's attention projections. The
+// adaLN modulations, the timestep MLP, the patch embedding and the final layer stay frozen: they
+// are the conditioning and the output map, which peft's all-linear also leaves (its output layer).
+const std::vector<std::string>& lora_dit_names();
 
 // Sinusoidal features of `t` (B) -> (B, dim): [cos(t f_k), sin(t f_k)], f_k = 10000^(-k/half),
 // computed in float32 or wider (bfloat16 cannot resolve t * f_k for t near 1000).
@@ -39,7 +49,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // (B, N, D) -> (B, N, D)
 
   int64_t num_heads_;
-  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  LoraLinear qkv{nullptr}, proj{nullptr};
 };
 TORCH_MODULE(SelfAttention);
 
@@ -53,7 +63,7 @@ class DitBlockImpl : public torch::nn::Module {
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   SelfAttention attn{nullptr};
-  torch::nn::Linear mlp_fc1{nullptr}, mlp_fc2{nullptr};
+  LoraLinear mlp_fc1{nullptr}, mlp_fc2{nullptr};
   torch::nn::Linear ada_ln{nullptr};  // D -> 6 D
 };
 TORCH_MODULE(DitBlock);

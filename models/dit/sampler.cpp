@@ -132,13 +132,15 @@ SdeStepResult transition_log_prob(FlowModel& model, const torch::Tensor& x, cons
 
 std::map<std::string, torch::Tensor> DitFlow::named_tensors() {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model_->named_parameters()) out[p.key()] = p.value().detach();
+  for (const auto& p : model_->named_parameters())
+    if (!is_lora_parameter(p.key())) out[p.key()] = p.value().detach();
   return out;
 }
 
 void DitFlow::load_tensors(const std::map<std::string, torch::Tensor>& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   for (auto& p : model_->named_parameters()) {
+    if (is_lora_parameter(p.key())) continue;  // the adapters have their own state (lora_linear.h)
     auto it = tensors.find(p.key());
     if (it == tensors.end()) throw UserError(source + ": missing tensor " + p.key());
     if (it->second.sizes() != p.value().sizes())

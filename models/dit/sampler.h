@@ -28,6 +28,7 @@ class DitFlow final : public FlowModel {
   torch::Dtype dtype() const override { return model_->dtype(); }
   torch::Device device() const override { return model_->device(); }
   std::vector<torch::Tensor> parameters() override { return model_->parameters(); }
+  // The base's tensors: adapter factors (LoRA) are not among them.
   std::map<std::string, torch::Tensor> named_tensors() override;
   void load_tensors(const std::map<std::string, torch::Tensor>& tensors, const std::string& source) override;
   Dit& module() { return model_; }

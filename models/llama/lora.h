@@ -13,16 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "models/layers/lora_linear.h"
 #include "models/llama/model.h"
 
 namespace tandem::models {
 
-struct LoraSpec {
-  int64_t rank = 0;
-  double alpha = 0;                  // the adapters' output scales by alpha / rank
-  std::vector<std::string> targets;  // module names, a subset of lora_linear_names()
-  double scale() const { return alpha / static_cast<double>(rank); }
-};
+// LoraSpec (models/layers/lora_linear.h): its targets are a subset of lora_linear_names() here.
 
 // q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: what `all-linear` names.
 const std::vector<std::string>& lora_linear_names();
