@@ -26,4 +26,39 @@ void check_sample(const ArSample& s) {
                                 std::to_string(n) + " response tokens");
 }
 
+std::vector<ArSample> split_turns(const ArSample& episode) {
+  check_sample(episode);
+  std::vector<ArSample> out;
+  const auto& m = episode.response_mask;
+  for (size_t begin = 0; begin < m.size();) {
+    if (!m[begin]) {
+      ++begin;
+      continue;
+    }
+    size_t end = begin;
+    while (end < m.size() && m[end]) ++end;
+    ArSample t;
+    const auto first = static_cast<int64_t>(begin), last = static_cast<int64_t>(end);
+    t.tokens.assign(episode.tokens.begin(), episode.tokens.begin() + episode.prompt_len + last);
+    t.prompt_len = episode.prompt_len + first;
+    t.response_mask.assign(end - begin, 1);
+    if (!episode.rollout_logp.empty())
+      t.rollout_logp.assign(episode.rollout_logp.begin() + first, episode.rollout_logp.begin() + last);
+    t.reward = episode.reward, t.advantage = episode.advantage, t.group_id = episode.group_id;
+    t.policy_version = episode.policy_version;
+    if (out.size() + 1 >= static_cast<size_t>(kTurnIdStride))
+      throw std::invalid_argument("sample " + std::to_string(episode.index) + ": more than " +
+                                  std::to_string(kTurnIdStride - 1) +
+                                  " model turns; cap them with tracks.ar.env.max_turns or use env.samples: episode");
+    t.index = episode.index * kTurnIdStride + static_cast<int64_t>(out.size());
+    out.push_back(std::move(t));
+    begin = end;
+  }
+  if (out.empty()) {
+    out.push_back(episode);
+    out.back().index = episode.index * kTurnIdStride;
+  }
+  return out;
+}
+
 }  // namespace tandem

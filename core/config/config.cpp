@@ -209,6 +209,9 @@ void validate_env(const Config& c) {
   require(e.enabled() || !ar.warmstart.demos, "tracks.ar.warmstart.demos",
           "are multi-turn conversations for tracks.ar.env; without an environment the warm-start trains on the "
           "task's reference answers: remove demos");
+  require(e.enabled() || e.samples == EnvSamples::kEpisode, "tracks.ar.env.samples",
+          "turn splits multi-turn episodes into one sample per model turn; without tracks.ar.env.name there are "
+          "none: remove it");
   if (!e.enabled()) return;
   const std::string why = " (tracks.ar.env.name " + e.name + " turns multi-turn episodes on)";
   require(e.name != "command" || (e.command && !e.command->empty()), "tracks.ar.env.command",

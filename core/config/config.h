@@ -232,6 +232,11 @@ struct ArEnvConfig {
   double max_failed_fraction = 0.5;
   // Episodes holding a KV cache slot at once, live or waiting for the environment.
   int64_t slots = 64;
+  // episode: one training sample per episode; turn: one per model turn (its context the episode
+  // up to the turn, loss mask 1 on that turn's tokens only), sharing the episode's group and
+  // advantage. With loss_agg_mode token-mean both train the same tokens with the same weights; the
+  // seq-mean modes then weigh each turn as a sequence.
+  EnvSamples samples = EnvSamples::kEpisode;
   bool enabled() const { return name != "none"; }
 };
 

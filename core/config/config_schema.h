@@ -207,6 +207,7 @@ void visit(V& v, ArEnvConfig& c) {
   v.field("max_tokens", c.max_tokens, at_least(2));
   v.field("max_failed_fraction", c.max_failed_fraction, closed(0, 1));
   v.field("slots", c.slots, at_least(1));
+  v.field("samples", c.samples);
 }
 
 template <class V>

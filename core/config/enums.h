@@ -35,6 +35,8 @@ enum class SharePrompt { kAuto, kOff };
 enum class AttentionImpl { kAuto, kFused, kMaterialised };
 // Activation recompute in the AR decoder's training backward: none, or every decoder layer.
 enum class Recompute { kNone, kLayers };
+// What a multi-turn episode trains as: one sample, or one sample per model turn (tracks.ar.env.samples).
+enum class EnvSamples { kEpisode, kTurn };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -71,6 +73,7 @@ TANDEM_ENUM_NAMES(ArArch, 2, {ArArch::kLlama, "llama"}, {ArArch::kUnified, "unif
 TANDEM_ENUM_NAMES(ArBlock, 2, {ArBlock::kLlama, "llama"}, {ArBlock::kGemma3, "gemma3"})
 TANDEM_ENUM_NAMES(ImageArch, 2, {ImageArch::kDit, "dit"}, {ImageArch::kShared, "shared"})
 TANDEM_ENUM_NAMES(SharePrompt, 2, {SharePrompt::kAuto, "auto"}, {SharePrompt::kOff, "off"})
+TANDEM_ENUM_NAMES(EnvSamples, 2, {EnvSamples::kEpisode, "episode"}, {EnvSamples::kTurn, "turn"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

@@ -92,6 +92,9 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
                                         "packed micros as padded rows)"
                  : share_in_training()
                      ? "a group's prompt is prefilled once and laid out once in packed training micros"
+                 : ar.env.samples == EnvSamples::kTurn
+                     ? "a group's prompt is prefilled once; training: not applied (env.samples turn: a group's "
+                       "turn samples have different contexts)"
                      : "a group's prompt is prefilled once; training: not applied under cp (context parallelism "
                        "splits each micro's rows over ranks)");
   if (ar.model.sliding_window && !rollout_only)
@@ -262,8 +265,12 @@ MetricMap ArTrack::evaluate(const std::string&, int64_t) {
 bool ArTrack::share_in_training() const {
   // The unified model runs packed micros as padded rows, and cp splits a micro's rows over ranks:
   // neither lays a prompt out once.
+  // Turn samples of one group have different contexts, which the schedule's shared-prompt cost
+  // (one prompt per run of a group's samples) does not describe.
+  const ArEnvConfig& env = config_.tracks.ar.env;
   return config_.tracks.ar.share_prompt == SharePrompt::kAuto && unified_.is_empty() &&
-         (comms_.model_cp == nullptr || comms_.model_cp->size() == 1);
+         (comms_.model_cp == nullptr || comms_.model_cp->size() == 1) &&
+         !(env.enabled() && env.samples == EnvSamples::kTurn);
 }
 
 int64_t ArTrack::policy_vocab_size() const { return config_.tracks.ar.model.vocab_size; }
@@ -422,6 +429,17 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
     set_advantages(local);
     if (ar.rollout.dump) dump(step, local);
     keep_shown(local);
+  }
+  if (ar.env.enabled() && ar.env.samples == EnvSamples::kTurn) {
+    // After the advantages: a group's statistics are over its episodes, not its turns.
+    std::vector<ArSample> turns;
+    for (const ArSample& episode : local)
+      for (ArSample& t : split_turns(episode)) turns.push_back(std::move(t));
+    MetricReduction r;
+    r.sum("turn_samples", static_cast<double>(turns.size()));
+    r.reduce(*comms_.dp);
+    metrics["env/turn_samples"] = r["turn_samples"];
+    local = std::move(turns);
   }
 
   const auto t0 = std::chrono::steady_clock::now();

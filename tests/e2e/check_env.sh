@@ -11,6 +11,8 @@
 #     fails that episode only and is restarted, and the run goes on (env/failed and env/restarts > 0);
 #   - resume is exact: killed after step 2 and resumed, step 3 equals 3 steps straight;
 #   - one whose every episode fails stops the run with exit 2 naming env.max_failed_fraction;
+#   - env.samples turn (a sample per model turn) trains what episodes train under token-mean (step 1's
+#     gradient norm equal), and not under seq-mean-token-sum (the control);
 #   - the shipped demo recipe (configs/tool_calc.yaml) warm-starts on its demonstrations and trains
 #     episodes (a few steps of it);
 #   - no environment process outlives its run.
@@ -167,6 +169,25 @@ if [ $code -eq 2 ] && grep -q "more than env.max_failed_fraction" "$out/all_fail
   ok "every episode failing stops the run with exit 2: $(grep -o 'tracks.ar.env: [^;]*' "$out/all_fail.log" | head -1)"
 else
   bad "all episodes failing: exit $code, $(tail -8 "$out/all_fail.log")"
+fi
+
+# env.samples: turn trains each model turn as its own sample (context: the episode before it). Under
+# token-mean that is the same tokens with the same weights: step 1's loss and gradient norm equal the
+# episode run's (random model, so the entropy bonus makes the gradient). Control: under
+# seq-mean-token-sum each turn is a sequence, and the two differ.
+for agg in token-mean seq-mean-token-sum; do
+  for mode in episode turn; do
+    run "$mode-$agg" --set run.steps=1 --set tracks.ar.env.samples=$mode --set train.loss_agg_mode=$agg \
+      --set tracks.ar.algo.entropy_coef=0.1 || bad "env.samples $mode, $agg: $(tail -5 "$out/$mode-$agg.log")"
+  done
+done
+gn() { metric "$1" grad_norm; }
+if "$py" -c "import sys; a, b = float('$(gn episode-token-mean)'), float('$(gn turn-token-mean)'); sys.exit(0 if a > 0 and abs(a - b) <= 1e-5 * a else 1)" 2>/dev/null \
+   && "$py" -c "import sys; a, b = float('$(gn episode-seq-mean-token-sum)'), float('$(gn turn-seq-mean-token-sum)'); sys.exit(0 if abs(a - b) > 0.5 * b else 1)" 2>/dev/null \
+   && [ "$(metric turn-token-mean ar/env/turn_samples)" != missing ]; then
+  ok "env.samples turn: $(metric turn-token-mean ar/env/turn_samples) turn samples of $(metric turn-token-mean ar/env/episodes) episodes; token-mean grad norm $(gn turn-token-mean) = episode's $(gn episode-token-mean) (1e-5); control: seq-mean-token-sum $(gn turn-seq-mean-token-sum) vs $(gn episode-seq-mean-token-sum)"
+else
+  bad "env.samples turn: grad norms $(gn episode-token-mean) $(gn turn-token-mean) / $(gn episode-seq-mean-token-sum) $(gn turn-seq-mean-token-sum)"
 fi
 
 sleep 1
