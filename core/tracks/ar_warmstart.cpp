@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/env/demonstrations.h"
+#include "core/grpo/adamw_rate.h"
 #include "core/grpo/lr_schedule.h"
 #include "core/tasks/det_rng.h"
 #include "core/tasks/task_factory.h"
@@ -95,7 +96,7 @@ double ArTrack::warmstart_step(int64_t step) {
     samples.push_back(std::move(s));
   }
   const double lr = learning_rate(w.lr, w.schedule, w.warmup_steps, w.steps, step);
-  for (auto& group : warm_opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  set_learning_rate(*warm_opt_, lr);
   torch::Tensor n_tok = torch::tensor({local_tokens}, torch::kFloat64);
   comms_.dp->all_reduce(n_tok);  // token-mean over the whole batch, like the RL loss
   std::vector<const ArSample*> ptrs;
@@ -123,8 +124,7 @@ double ArTrack::warmstart_step(int64_t step) {
   comms_.dp->all_reduce(l);
   const double loss_value = l.item<double>();
   if ((step + 1) % std::max<int64_t>(1, w.steps / 10) == 0 || step + 1 == w.steps)
-    spdlog::info("warmstart {}/{} | lr {:.3g} | {}-token NLL {:.4f}", step + 1, w.steps,
-                 static_cast<torch::optim::AdamWOptions&>(warm_opt_->param_groups().front().options()).lr(),
+    spdlog::info("warmstart {}/{} | lr {:.3g} | {}-token NLL {:.4f}", step + 1, w.steps, learning_rate_of(*warm_opt_),
                  episodes_ ? "model-turn" : "answer", loss_value);
   if (step + 1 == w.steps) {
     warm_opt_.reset(), warm_source_.reset(), warm_demos_.clear(), warm_order_.clear(), warm_order_epoch_ = -1;

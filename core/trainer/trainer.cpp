@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/regular_file.h"
 #include "core/batch/rollout_bridge.h"
+#include "core/grpo/adamw_rate.h"
 #include "core/grpo/lr_schedule.h"
 #include "core/grpo/master_weights.h"
 #include "core/grpo/policy_update.h"
@@ -362,7 +363,7 @@ struct Trainer::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr =
         learning_rate(config.optim.lr, config.optim.schedule, config.optim.warmup_steps, config.run.steps, step);
-    for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    set_learning_rate(*optimizer, lr);
     std::vector<MetricMap> per_track(tracks.size());
     for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
     const std::vector<torch::Tensor> params = trained_parameters();

@@ -195,19 +195,20 @@ sleep 1
 # The shipped demo, briefly: its warm-start on demonstrated episodes and a step of RL with the calculator.
 # The warm-start runs its own schedule (here linear decay after 2 warmup steps from the recipe's
 # lr 2e-3): the optimizer's rate read back each step is 1e-3, 2e-3, 2e-3, 1e-3.
-if timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
-     --config "$root/configs/tool_calc.yaml" --set run.out_dir="$out/runs" --set run.name=tool_calc \
-     --set run.steps=1 --set run.save_every=0 --set tracks.ar.warmstart.steps=4 --set eval.every=0 \
-     --set tracks.ar.warmstart.schedule=linear --set tracks.ar.warmstart.warmup_steps=2 \
-     --set eval.at_start=false --set tracks.ar.tokenizer.path="$tok/tokenizer.json" \
-     --set tracks.ar.warmstart.demos="$root/configs/data/tool_calc_demos.jsonl" >"$out/tool_calc.log" 2>&1 \
-   && [ "$(grep -o 'warmstart [0-9]/4 | lr [0-9.e-]*' "$out/tool_calc.log" | sed 's/.*lr //' | tr '\n' ' ')" \
-        = "0.001 0.002 0.002 0.001 " ] \
-   && grep -q "warmstart 4/4 | lr 0.001 | model-turn-token NLL" "$out/tool_calc.log" \
+timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train \
+  --config "$root/configs/tool_calc.yaml" --set run.out_dir="$out/runs" --set run.name=tool_calc \
+  --set run.steps=1 --set run.save_every=0 --set tracks.ar.warmstart.steps=4 --set eval.every=0 \
+  --set tracks.ar.warmstart.schedule=linear --set tracks.ar.warmstart.warmup_steps=2 \
+  --set eval.at_start=false --set tracks.ar.tokenizer.path="$tok/tokenizer.json" \
+  --set tracks.ar.warmstart.demos="$root/configs/data/tool_calc_demos.jsonl" >"$out/tool_calc.log" 2>&1
+rc=$?
+rates=$(grep -o 'warmstart [0-9]/4 | lr [0-9.e-]*' "$out/tool_calc.log" | sed 's/.*lr //' | tr '\n' ' ')
+last=$(grep -o 'warmstart 4/4 | lr [0-9.]* | model-turn-token NLL [0-9.]*' "$out/tool_calc.log")
+if [ $rc -eq 0 ] && [ "$rates" = "0.001 0.002 0.002 0.001 " ] && [ -n "$last" ] \
    && [ "$(metric tool_calc ar/env/episodes)" = "64.0" ]; then
-  ok "configs/tool_calc.yaml: warm-start lr $(grep -o 'warmstart [0-9]/4 | lr [0-9.e-]*' "$out/tool_calc.log" | sed 's/.*lr //' | tr '\n' ' ')(linear, 2 warmup), $(grep -o 'warmstart 4/4 | lr [0-9.]* | model-turn-token NLL [0-9.]*' "$out/tool_calc.log"), then a step of 64 episodes"
+  ok "configs/tool_calc.yaml: warm-start lr $rates(linear, 2 warmup), $last, then a step of 64 episodes"
 else
-  bad "configs/tool_calc.yaml: $(tail -8 "$out/tool_calc.log")"
+  bad "configs/tool_calc.yaml: exit $rc, rates '$rates': $(tail -8 "$out/tool_calc.log")"
 fi
 
 if pgrep -f "$out/fake_env.py" >/dev/null || pgrep -f "docs/env_example.py" >/dev/null; then
