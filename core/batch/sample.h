@@ -48,7 +48,8 @@ void check_sample(const ArSample& s);
 // Ids of turn samples: episode index * kTurnIdStride + turn (env.max_turns is at most 1000).
 inline constexpr int64_t kTurnIdStride = 1024;
 // One sample per model turn of a multi-turn episode (tracks.ar.env.samples: turn). A model turn is
-// a maximal run of mask-1 response tokens; turn k's sample is the episode's tokens up to the end
+// a maximal run of mask-1 response tokens (two turns always have mask-0 tokens between them: the
+// closing template tokens and the observation); turn k's sample is the episode's tokens up to the end
 // of that run, its prompt everything before the run (earlier turns and observations included), its
 // mask and rollout log-probs the run's. Group, reward, advantage and policy version are the
 // episode's; ids are index * kTurnIdStride + k. An episode with no trained token stays as it is

@@ -234,8 +234,8 @@ struct ArEnvConfig {
   int64_t slots = 64;
   // episode: one training sample per episode; turn: one per model turn (its context the episode
   // up to the turn, loss mask 1 on that turn's tokens only), sharing the episode's group and
-  // advantage. With loss_agg_mode token-mean both train the same tokens with the same weights; the
-  // seq-mean modes then weigh each turn as a sequence.
+  // advantage. With loss_agg_mode token-mean, ratio token and one mini-batch both train the same
+  // tokens with the same weights; the seq-mean modes then weigh each turn as a sequence.
   EnvSamples samples = EnvSamples::kEpisode;
   bool enabled() const { return name != "none"; }
 };

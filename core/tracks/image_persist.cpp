@@ -32,7 +32,7 @@ void ImageTrack::save(const std::string& dir) {
   // it (the DiT is small), so the checkpoint alone restores the policy.
   if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
   if (lora_dit_) {
-    const LoraConfig& l = config_.tracks.image.lora;
+    const models::LoraSpec& l = lora_spec_;  // all-linear resolved: peft reads a list as module names
     models::save_safetensors(dir + "/" + kImageAdapterFile, models::lora_state(*lora_dit_), {{"format", "pt"}});
     const nlohmann::json c{{"peft_type", "LORA"},         {"r", l.rank},         {"lora_alpha", l.alpha},
                            {"target_modules", l.targets}, {"lora_dropout", 0.0}, {"bias", "none"}};
@@ -51,8 +51,8 @@ void ImageTrack::check_lora_base(const std::string& checkpoint_base) {
     const auto it = saved.find(name);
     if (it == saved.end() || !torch::equal(it->second.to(t.device(), t.scalar_type()), t))
       throw UserError(checkpoint_base + ": the checkpoint's image base differs from " + weights + " (tensor " + name +
-                      "), which this run loaded as its base; the adapters were trained on the other one. Resume with "
-                      "the pretrained weights the run started from, or start a new run");
+                      "), the pretrained base this run loads: its adapters were trained on another base. Point "
+                      "tracks.image.pretrain.path at the weights that run started from, or start a new run");
   }
 }
 

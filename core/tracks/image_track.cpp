@@ -112,8 +112,9 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
     flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
     if (im.lora.enabled()) {
       lora_dit_ = static_cast<models::DitFlow&>(*flow_).module().get();
-      models::LoraSpec spec{im.lora.rank, im.lora.alpha, im.lora.targets};
-      if (spec.targets == std::vector<std::string>{"all-linear"}) spec.targets = models::lora_dit_names();
+      lora_spec_ = {im.lora.rank, im.lora.alpha, im.lora.targets};
+      if (lora_spec_.targets == std::vector<std::string>{"all-linear"}) lora_spec_.targets = models::lora_dit_names();
+      const models::LoraSpec& spec = lora_spec_;
       models::attach_lora(*lora_dit_, spec, static_cast<uint64_t>(config.run.seed) + kImageLoraSeedOffset);
       std::string names;
       for (const auto& t : spec.targets) names += (names.empty() ? "" : ", ") + t;
@@ -157,6 +158,12 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
   const std::string record = p.path ? *p.path + "/pretrain.json" : "";
   std::optional<int64_t> loaded;
   if (p.path && fs::exists(weights)) {
+    // A LoRA checkpoint's image_model/ holds the base beside the adapters: the base alone is not its policy.
+    if (fs::exists(*p.path + "/adapter_model.safetensors"))
+      throw UserError("tracks.image.pretrain.path: " + *p.path +
+                      " holds LoRA adapters (adapter_model.safetensors) beside its weights, which the pretrained "
+                      "weights would leave out; resume that run with --resume, or point the path at pretrained "
+                      "weights (tandem pretrain-flow)");
     load_weights(*flow_, weights);
     loaded = 0;
     if (fs::exists(record)) {

@@ -18,6 +18,7 @@
 #include "core/tracks/track.h"
 #include "models/dit/dit.h"
 #include "models/layers/flow_model.h"
+#include "models/layers/lora_linear.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/unified/model.h"
 
@@ -111,6 +112,7 @@ class ImageTrack final : public Track {
   // Frozen copy for the KL on transition means (kl.coef > 0); none with LoRA (the base is it).
   std::unique_ptr<models::FlowModel> reference_;
   models::DitImpl* lora_dit_ = nullptr;  // tracks.image.lora: the DiT carrying the adapters
+  models::LoraSpec lora_spec_;           // their spec, targets resolved (all-linear named)
   std::unique_ptr<rewards::ImageRewardFn> reward_;
   std::unique_ptr<rewards::RewardFn> command_reward_;  // reward.kind: command (PNG files)
   MicroGeometry geometry_;

@@ -2,11 +2,12 @@
 # LoRA on the image track ([22]): configs/image.yaml cut small, with tracks.image.lora, 2 ranks.
 #   - the run trains only the adapters (the log says so), the KL reference is the base with the adapters
 #     off (no reference copy saved), and the checkpoint holds the base beside the adapters;
-#   - the base stays frozen (step 2's and step 4's base files are the same bytes) while the adapters move;
+#   - the base stays frozen (step 2's and step 4's base files are the same bytes, equal to the pretrained
+#     weights) while the adapters move; adapter_config.json names the layers all-linear resolved to;
 #   - resume is exact: killed after step 2 and resumed, every metric and step 4's adapters equal the
 #     straight run's bit for bit;
 #   - resume refuses a checkpoint whose base is not the pretrained weights the run loads, and a recipe
-#     whose tracks.image.lora differs (exit 2, naming what).
+#     whose tracks.image.lora differs; pretrain.path at a LoRA checkpoint is refused (exit 2, naming what).
 #   check_image_lora.sh TANDEM MPIRUN SOURCE_DIR
 set -u
 tandem=$1; mpirun=$2; root=$3; here=$(dirname "$0")
@@ -42,6 +43,18 @@ else
   bad "the base moved or the adapters did not"
 fi
 
+# The base the run trained on is the pretrained one, tensor for tensor; the adapter config names the layers.
+"$TANDEM_PYTHON" - "$out/pretrain/model.safetensors" "$c/step_000004/image_model" <<'PY' \
+  && ok "step 4's base equals the pretrained weights; adapter_config.json names qkv, proj, mlp_fc1, mlp_fc2" \
+  || bad "the checkpoint's base or adapter config"
+import json, sys, torch
+from safetensors.torch import load_file
+pre, ck = load_file(sys.argv[1]), load_file(sys.argv[2] + "/model.safetensors")
+same = pre.keys() == ck.keys() and all(torch.equal(pre[k], ck[k]) for k in pre)
+targets = json.load(open(sys.argv[2] + "/adapter_config.json"))["target_modules"]
+sys.exit(0 if same and targets == ["qkv", "proj", "mlp_fc1", "mlp_fc2"] else 1)
+PY
+
 TANDEM_TEST_KILL=after_step:2 run killed
 run killed --resume auto
 if grep -q "resume: .*step_000002 at step 2" "$out/killed.log" \
@@ -55,6 +68,10 @@ fi
 run straight --resume auto --set tracks.image.lora.rank=8; rc=$?
 [ $rc -eq 2 ] && grep -q "differs in model, tokenizer or LoRA" "$out/straight.log" \
   && ok "resume with another tracks.image.lora exits 2" || bad "other lora resume: exit $rc"
+# A LoRA checkpoint's image_model/ as pretrained weights would drop its adapters: refused.
+run from_ckpt --set tracks.image.pretrain.path="$out/straight/$ckpt"; rc=$?
+[ $rc -eq 2 ] && grep -q "tracks.image.pretrain.path: .* holds LoRA adapters" "$out/from_ckpt.log" \
+  && ok "pretrain.path at a LoRA checkpoint's image_model/ exits 2" || bad "pretrain.path at adapters: exit $rc"
 # The pretrained base changes under the checkpoint: the adapters were trained on the other one.
 "$TANDEM_PYTHON" - "$out/pretrain/model.safetensors" <<'PY' || bad "could not rewrite the pretrained base"
 import sys
