@@ -118,14 +118,14 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
       models::attach_lora(*lora_dit_, spec, static_cast<uint64_t>(config.run.seed) + kImageLoraSeedOffset);
       std::string names;
       for (const auto& t : spec.targets) names += (names.empty() ? "" : ", ") + t;
-      int64_t adapters = 0, all = 0;
+      int64_t adapters = 0, base = 0;
       for (const auto& p : models::lora_parameters(*lora_dit_)) adapters += p.numel();
-      for (const auto& p : lora_dit_->parameters()) all += p.numel();
+      for (const auto& p : models::base_parameters(*lora_dit_)) base += p.numel();
       spdlog::info(
           "image lora: rank {}, alpha {} (scale {:.4g}), targets {}: {} adapter parameters trained ({:.2f}% of the "
           "frozen base's {}); sampling and eval use base + adapters unmerged{}",
           spec.rank, spec.alpha, spec.scale(), names, adapters,
-          100.0 * static_cast<double>(adapters) / static_cast<double>(all - adapters), all - adapters,
+          100.0 * static_cast<double>(adapters) / static_cast<double>(base), base,
           kl_on() ? "; the KL reference is the base (adapters off)" : "");
     } else if (im.algo.kl.coef > 0) {
       reference_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
@@ -184,8 +184,7 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
     std::vector<torch::Tensor> base;
     if (lora_dit_) {
       adapters_off.emplace();
-      for (const auto& np : lora_dit_->named_parameters())
-        if (!models::is_lora_parameter(np.key())) base.push_back(np.value());
+      base = models::base_parameters(*lora_dit_);
       for (auto& t : base) t.set_requires_grad(true);
       spdlog::info(
           "image: tracks.image.lora is on: pretraining trains the base (adapters off), which RL then keeps frozen");

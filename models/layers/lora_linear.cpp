@@ -94,6 +94,13 @@ std::vector<torch::Tensor> lora_parameters(torch::nn::Module& root) {
   return out;
 }
 
+std::vector<torch::Tensor> base_parameters(torch::nn::Module& root) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : root.named_parameters())
+    if (!is_lora_parameter(p.key())) out.push_back(p.value());
+  return out;
+}
+
 std::map<std::string, torch::Tensor> lora_state(torch::nn::Module& root) {
   std::map<std::string, torch::Tensor> out;
   for (const Adapted& a : adapted(root)) {

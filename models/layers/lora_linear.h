@@ -48,6 +48,9 @@ void attach_lora(torch::nn::Module& root, const LoraSpec& spec, uint64_t seed);
 bool has_lora(torch::nn::Module& root);
 // A then B of each adapted layer, in module order.
 std::vector<torch::Tensor> lora_parameters(torch::nn::Module& root);
+// Every other parameter (named anything but lora_A / lora_B: these layers' and the tp layers'
+// factors alike), in parameter order: what a LoRA model's base is.
+std::vector<torch::Tensor> base_parameters(torch::nn::Module& root);
 
 // The factors by peft's key (base_model.model.<module>.lora_{A,B}.weight), detached, on the CPU.
 std::map<std::string, torch::Tensor> lora_state(torch::nn::Module& root);

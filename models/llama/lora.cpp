@@ -117,15 +117,6 @@ std::vector<torch::Tensor> lora_parameters(LlamaForCausalLMImpl& model) {
   return out;
 }
 
-std::vector<torch::Tensor> base_parameters(LlamaForCausalLMImpl& model) {
-  std::set<const void*> lora;
-  for (const auto& t : lora_parameters(model)) lora.insert(t.unsafeGetTensorImpl());
-  std::vector<torch::Tensor> out;
-  for (const auto& p : model.parameters())
-    if (!lora.count(p.unsafeGetTensorImpl())) out.push_back(p);
-  return out;
-}
-
 std::map<std::string, torch::Tensor> gather_lora_state(LlamaForCausalLMImpl& model) {
   const parallel::ParallelContext& ctx = model.parallel_context();
   std::map<std::string, torch::Tensor> out;

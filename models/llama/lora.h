@@ -32,9 +32,9 @@ const std::vector<std::string>& lora_linear_names();
 void attach_lora(LlamaForCausalLMImpl& model, const LoraSpec& spec, uint64_t seed);
 bool has_lora(const LlamaForCausalLMImpl& model);
 
-// The adapters' factors (A then B of each adapted module, in module order) / every other parameter.
+// The adapters' factors (A then B of each adapted module, in module order); every other parameter
+// is base_parameters(model) (models/layers/lora_linear.h).
 std::vector<torch::Tensor> lora_parameters(LlamaForCausalLMImpl& model);
-std::vector<torch::Tensor> base_parameters(LlamaForCausalLMImpl& model);
 
 // Full factors by peft key, on the CPU, in float32 (float64 for a float64 model). Collective over tp.
 std::map<std::string, torch::Tensor> gather_lora_state(LlamaForCausalLMImpl& model);
