@@ -10,6 +10,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "core/config/config.h"
+#include "core/policies/llama_policy.h"
 #include "core/policies/text_policies.h"
 #include "core/run/checkpoint.h"
 #include "core/run/checkpoint_manifest.h"
@@ -138,6 +139,8 @@ namespace {
 // merged in, as a complete Hugging Face directory beside the base's own files.
 int export_lora(const std::string& dir, const std::string& out, const std::string& dtype_name, bool merge) {
   const Config config = load_saved_config(dir + "/recipe.yaml");
+  // peft applies an adapter to a transformers model, which the unified model has none of.
+  if (const char* why = text_policy_spec(config.tracks.ar.model.arch).no_hf_export) throw UserError(dir + ": " + why);
   const fs::path tmp = fs::path(out).string() + ".partial";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -154,7 +157,8 @@ int export_lora(const std::string& dir, const std::string& out, const std::strin
     models::read_safetensors_header((tmp / "adapter_model.safetensors").string());
   } else {
     // W + scale B A computed in float64 from the float32 weights, rounded to float32, then to --dtype.
-    std::unique_ptr<LlamaPolicy> policy = load_lora_checkpoint(dir, config, torch::kFloat32, &base);
+    BuiltTextPolicy built = load_lora_checkpoint(dir, config, torch::kFloat32, &base);
+    auto* policy = dynamic_cast<LlamaPolicy*>(built.policy.get());  // arch llama: checked above
     models::merge_lora(*policy->model());
     const torch::Dtype dtype = export_dtype(dtype_name, config);
     for (const auto& f : fs::directory_iterator(base)) {

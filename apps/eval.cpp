@@ -87,7 +87,7 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
                                                            : models::load_hf_tokenizer(*c.tracks.ar.tokenizer.path);
     std::unique_ptr<TextPolicy> policy;
     if (s.lora)
-      policy = load_lora_checkpoint(s.weights, c, rt.dtype);
+      policy = load_lora_checkpoint(s.weights, c, rt.dtype).policy;
     else
       policy = text_policy_spec(c.tracks.ar.model.arch).load(s.weights, rt.dtype).policy;
     ArEvaluator evaluator(c, *tokenizer);

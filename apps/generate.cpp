@@ -68,7 +68,9 @@ Policy from_checkpoint(const std::string& path) {
     p.tokenizer = models::load_hf_tokenizer(*p.format.tokenizer_path);
   }
   if (fs::exists(fs::path(dir) / kAdapterDir)) {  // LoRA: the base with the adapters, unmerged
-    p.policy = load_lora_checkpoint(dir, config, torch::kFloat32);
+    BuiltTextPolicy built = load_lora_checkpoint(dir, config, torch::kFloat32);
+    p.policy = std::move(built.policy);
+    p.unified = built.unified;
     p.vocab_size = ar.model.vocab_size;
     p.rollout = ar.rollout;
     return p;

@@ -293,7 +293,9 @@ TEST_CASE("a LoRA checkpoint's logits equal peft's on the exported adapter (floa
   const nlohmann::json manifest = nlohmann::json::parse(in);
   const std::string checkpoint = manifest.at("checkpoint");
   const Config config = load_saved_config(checkpoint + "/recipe.yaml");
-  std::unique_ptr<LlamaPolicy> policy = load_lora_checkpoint(checkpoint, config, torch::kFloat64);
+  BuiltTextPolicy built = load_lora_checkpoint(checkpoint, config, torch::kFloat64);
+  auto* policy = dynamic_cast<LlamaPolicy*>(built.policy.get());
+  REQUIRE(policy != nullptr);
   const auto ref = models::load_safetensors(manifest.at("ref").get<std::string>());
   torch::NoGradGuard no_grad;
   int64_t n = 0;

@@ -2,12 +2,18 @@
 // packed log-probs equal padded ones and the model's own logits; the text sampler's log-probs are
 // what the training forward computes, and a sample does not depend on its batch; the image side
 // reads labels as their text prompts, batch-independently; class prompts need a tokenizer that
-// can write them. Each numeric check has a control that breaks it.
+// can write them. LoRA on it (tracks.ar.lora, arch unified): both heads against the plain model with
+// W + s B A in its weights, the chain rule, the adapters-off reference and the directories. Each
+// numeric check has a control that breaks it.
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "core/batch/collate.h"
 #include "core/policies/unified_policy.h"
+#include "models/safetensors.h"
 #include "models/unified/flow.h"
 #include "models/unified/generate.h"
 
@@ -138,4 +144,135 @@ TEST_CASE("class prompts are 'draw <class>' in the AR tokenizer", "[unified_poli
   CHECK(tok->decode(body, true) == "draw triangle");
   const auto digits = models::make_char_tokenizer("0123456789");
   CHECK_THROWS_WITH(class_prompts(*digits, 2), Catch::Contains("tracks.ar.tokenizer"));
+}
+
+namespace {
+
+// A tiny float64 unified model with rank-2 adapters on all seven projections, B random too (peft's
+// zero B would hide its role), and a plain model holding the same base.
+struct LoraPair {
+  models::UnifiedModel adapted{nullptr}, plain{nullptr};
+  models::LoraSpec spec{2, 6.0, models::lora_unified_names()};
+};
+LoraPair lora_pair() {
+  LoraPair p;
+  p.adapted = tiny_model(5);
+  p.plain = tiny_model(5);  // the same seed: the same base weights
+  models::attach_lora(*p.adapted, p.spec, 9);
+  torch::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(6);
+  for (auto& item : p.adapted->named_parameters())
+    if (item.key().find("lora_B") != std::string::npos)
+      item.value().copy_(torch::randn(item.value().sizes(), gen, torch::kFloat64));
+  return p;
+}
+
+// Every adapted layer: (module path, layer).
+std::vector<std::pair<std::string, models::LoraLinearImpl*>> adapted_layers(models::UnifiedModelImpl& m) {
+  std::vector<std::pair<std::string, models::LoraLinearImpl*>> out;
+  for (const auto& item : m.named_modules("", false))
+    if (auto* l = dynamic_cast<models::LoraLinearImpl*>(item.value().get()); l && l->lora().defined())
+      out.emplace_back(item.key(), l);
+  return out;
+}
+
+models::UnifiedInput both_heads() {
+  at::Generator gen = at::detail::createCPUGenerator(8);
+  models::UnifiedInput in;
+  in.text_ids = torch::randint(0, 40, {2, 5}, gen, torch::kInt64);
+  in.text_lengths = torch::tensor({5, 3}, torch::kInt64);
+  in.x_t = torch::randn({2, 3, 8, 8}, gen, torch::kFloat64);
+  in.sigma = torch::tensor({0.3, 0.8}, torch::kFloat64);
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("unified LoRA: both heads compute W x + s B A x; the adapters' gradients follow the chain rule",
+          "[unified_policy][lora]") {
+  LoraPair p = lora_pair();
+  const auto layers = adapted_layers(*p.adapted);
+  CHECK(layers.size() == 7 * 2);  // q/k/v/o and gate/up/down of both blocks; nothing else
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, l] : layers)
+      dynamic_cast<torch::nn::LinearImpl*>(p.plain->named_modules()[name].get())
+          ->weight.add_(torch::matmul(l->lora().b, l->lora().a) * p.spec.scale());
+  }
+  const models::UnifiedInput in = both_heads();
+  const models::UnifiedOutput got = p.adapted->forward(in), want = p.plain->forward(in);
+  CHECK(max_abs(got.text_logits - want.text_logits) < 1e-12);
+  CHECK(max_abs(got.velocity - want.velocity) < 1e-12);
+  // Control: the adapters move both heads (a forward that skipped them would fail above).
+  const models::UnifiedOutput base = tiny_model(5)->forward(in);
+  CHECK(max_abs(got.text_logits - base.text_logits) > 1e-3);
+  CHECK(max_abs(got.velocity - base.velocity) > 1e-3);
+
+  const torch::Tensor gt = torch::randn(got.text_logits.sizes(), at::detail::createCPUGenerator(2), torch::kFloat64);
+  const torch::Tensor gv = torch::randn(got.velocity.sizes(), at::detail::createCPUGenerator(3), torch::kFloat64);
+  ((got.text_logits * gt).sum() + (got.velocity * gv).sum()).backward();
+  ((want.text_logits * gt).sum() + (want.velocity * gv).sum()).backward();
+  for (auto& [name, l] : layers) {
+    const torch::Tensor dw =
+        dynamic_cast<torch::nn::LinearImpl*>(p.plain->named_modules()[name].get())->weight.grad();  // (out, in)
+    INFO(name);
+    CHECK(max_abs(l->lora().a.grad() - p.spec.scale() * torch::matmul(l->lora().b.t(), dw)) < 1e-10);
+    CHECK(max_abs(l->lora().b.grad() - p.spec.scale() * torch::matmul(dw, l->lora().a.t())) < 1e-10);
+  }
+  for (const auto& item : p.adapted->named_parameters())
+    if (!models::is_lora_parameter(item.key())) {
+      INFO(item.key());
+      CHECK(!item.value().grad().defined());
+    }
+}
+
+TEST_CASE(
+    "unified LoRA policy: trains the adapters only; its reference is the base, adapters off; its "
+    "directories round-trip",
+    "[unified_policy][lora]") {
+  models::UnifiedModel m = tiny_model(5);
+  const models::LoraSpec spec{2, 4.0, models::lora_unified_names()};
+  models::attach_lora(*m, spec, 9);
+  UnifiedTextPolicy policy(m, spec, nlohmann::json{{"base_model_name_or_path", nullptr}});
+  CHECK(policy.has_adapters());
+  const auto params = policy.parameters();
+  CHECK(params.size() == 2 * 7 * 2);
+  int64_t n = 0;
+  for (const auto& t : params) {
+    n += t.numel();
+    CHECK(t.requires_grad());
+  }
+  for (const auto& t : policy.base_parameters()) CHECK(!t.requires_grad());
+  CHECK(n == 2 * 2 * (4 * (16 + 16) + 2 * (16 + 32) + (32 + 16)));  // blocks x rank x (q,k,v,o; gate, up; down)
+  const ArSample a = sample({1, 5, 9, 12, 3}, 2), b = sample({7, 2, 30}, 1);
+  const PackedBatch batch = collate_packed({&a, &b}, {}, torch::kFloat64);
+  UnifiedTextPolicy plain(tiny_model(5));
+  // Step 0 (B zero) is the base, bit for bit.
+  CHECK(torch::equal(policy.forward_packed(batch, false).logp, plain.forward_packed(batch, false).logp));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& t : params) t.add_(0.05);  // the adapters move (B non-zero)
+  }
+  const torch::Tensor live = policy.forward_packed(batch, false).logp;
+  const std::unique_ptr<TextPolicy> ref = policy.frozen_copy();
+  const torch::Tensor off = ref->forward_packed(batch, false).logp;
+  CHECK(torch::equal(off, plain.forward_packed(batch, false).logp));  // the base, no copy made
+  CHECK(max_abs(live - off) > 1e-4);                                  // control: the adapters matter
+  CHECK_THROWS_AS(ref->generate({}, {}), std::logic_error);
+
+  const auto dir = std::filesystem::temp_directory_path() / "tandem_unified_lora_test";
+  std::filesystem::remove_all(dir);
+  policy.save((dir / "adapter").string(), true);
+  policy.save_base((dir / "base").string(), true);
+  CHECK(std::filesystem::exists(dir / "adapter" / "adapter_config.json"));
+  const auto base_file = models::load_safetensors((dir / "base" / "model.safetensors").string());
+  for (const auto& [name, t] : base_file) CHECK(!models::is_lora_parameter(name));
+  CHECK(base_file.size() == tiny_model(5)->named_parameters().size());
+  models::UnifiedModel m2 = tiny_model(7);  // another base and fresh adapters, then both loaded
+  models::attach_lora(*m2, spec, 10);
+  UnifiedTextPolicy back(m2, spec, nlohmann::json::object());
+  back.load_base((dir / "base").string());
+  back.load((dir / "adapter").string());
+  CHECK(torch::equal(back.forward_packed(batch, false).logp, live));
+  std::filesystem::remove_all(dir);
 }

@@ -258,13 +258,12 @@ void validate_lora_section(const LoraConfig& l, const std::string& prefix, const
   }
 }
 
-// tracks.ar.lora: what the adapters (models/llama/lora.h) can do exactly.
+// tracks.ar.lora: what the adapters (models/llama/lora.h; on arch unified, models/layers/lora_linear.h
+// on its shared trunk, which an image track with arch shared trains too) can do exactly.
 void validate_lora(const Config& c) {
   const LoraConfig& l = c.tracks.ar.lora;
   if (!l.enabled()) return;
   const std::string why = " (tracks.ar.lora.rank " + std::to_string(l.rank) + " turns LoRA on)";
-  require(c.tracks.ar.model.arch == ArArch::kLlama, "tracks.ar.lora.rank",
-          "LoRA adapts the llama architecture's linear layers; arch unified has none yet: set rank 0" + why);
   validate_lora_section(l, "tracks.ar.lora",
                         {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
   // With LoRA the warm-start trains the base itself (a stand-in for pretraining a random init).
@@ -275,8 +274,6 @@ void validate_lora(const Config& c) {
   require(c.tracks.ar.warmstart.steps == 0 || c.run.dtype != DType::kBFloat16, "tracks.ar.warmstart.steps",
           "with tracks.ar.lora and run.dtype bfloat16 the warm-start would train the bf16 base without float32 "
           "master weights (only the adapters have them); use run.dtype float32 or warmstart.steps: 0");
-  require(!c.tracks.image.enabled || c.tracks.image.model.arch != ImageArch::kShared, "tracks.ar.lora.rank",
-          "LoRA does not cover a model shared with the image track yet; set rank 0" + why);
 }
 
 // tracks.image.lora: adapters on the DiT's projections (models/dit/dit_layers.h).
@@ -285,8 +282,8 @@ void validate_image_lora(const Config& c) {
   if (!im.enabled || !im.lora.enabled()) return;
   const std::string why = " (tracks.image.lora.rank " + std::to_string(im.lora.rank) + " turns LoRA on)";
   require(im.model.arch == ImageArch::kDit, "tracks.image.lora.rank",
-          "LoRA adapts the track's own DiT; a model shared with the AR track (arch shared) has no adapters yet: "
-          "set rank 0" +
+          "LoRA adapts the track's own DiT; a model shared with the AR track (arch shared) takes its adapters "
+          "from tracks.ar.lora (they serve both tracks): set this rank 0 and tracks.ar.lora instead" +
               why);
   validate_lora_section(im.lora, "tracks.image.lora", {"qkv", "proj", "mlp_fc1", "mlp_fc2"});
   // The pretraining trains the base itself (a stand-in for the pretrained model LoRA starts from).

@@ -48,6 +48,7 @@ struct OptimConfig {
   double grad_clip = 1.0;  // 0: no clipping
   int64_t warmup_steps = 0;
   LrSchedule schedule = LrSchedule::kConstant;
+  OptimMoments moments = OptimMoments::kFloat32;  // 8bit: about 2 bytes a parameter instead of 8
 };
 
 // Shared micro-batch geometry; every track may override each field (null = use this).

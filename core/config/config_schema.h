@@ -61,6 +61,7 @@ void visit(V& v, OptimConfig& c) {
   v.field("grad_clip", c.grad_clip, at_least(0, "0 disables clipping"));
   v.field("warmup_steps", c.warmup_steps, at_least(0));
   v.field("schedule", c.schedule);
+  v.field("moments", c.moments);
 }
 
 template <class V>

@@ -37,6 +37,8 @@ enum class AttentionImpl { kAuto, kFused, kMaterialised };
 enum class Recompute { kNone, kLayers };
 // What a multi-turn episode trains as: one sample, or one sample per model turn (tracks.ar.env.samples).
 enum class EnvSamples { kEpisode, kTurn };
+// AdamW's two moments: float32 (torch::optim::AdamW), or blockwise 8-bit (core/grpo/adamw_8bit.h).
+enum class OptimMoments { kFloat32, k8bit };
 
 template <class E>
 struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E, const char*>, N> kNames
@@ -74,6 +76,7 @@ TANDEM_ENUM_NAMES(ArBlock, 2, {ArBlock::kLlama, "llama"}, {ArBlock::kGemma3, "ge
 TANDEM_ENUM_NAMES(ImageArch, 2, {ImageArch::kDit, "dit"}, {ImageArch::kShared, "shared"})
 TANDEM_ENUM_NAMES(SharePrompt, 2, {SharePrompt::kAuto, "auto"}, {SharePrompt::kOff, "off"})
 TANDEM_ENUM_NAMES(EnvSamples, 2, {EnvSamples::kEpisode, "episode"}, {EnvSamples::kTurn, "turn"})
+TANDEM_ENUM_NAMES(OptimMoments, 2, {OptimMoments::kFloat32, "float32"}, {OptimMoments::k8bit, "8bit"})
 #undef TANDEM_ENUM_NAMES
 
 template <class E>

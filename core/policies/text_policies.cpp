@@ -104,7 +104,12 @@ BuiltTextPolicy build_unified(const Config& c, const parallel::ParallelContext&,
     model->to(dtype);
   }
   model->to(device);
-  return {std::make_unique<UnifiedTextPolicy>(model), model};
+  if (!c.tracks.ar.lora.enabled()) return {std::make_unique<UnifiedTextPolicy>(model), model};
+  // The same spec and seed stream as the llama's: all-linear names the same seven projections.
+  const models::LoraSpec spec = lora_spec(c.tracks.ar.lora);
+  models::attach_lora(*model, spec, static_cast<uint64_t>(c.run.seed) + kLoraSeedOffset);
+  nlohmann::json info{{"base_model_name_or_path", m.hf_dir ? nlohmann::json(*m.hf_dir) : nlohmann::json(nullptr)}};
+  return {std::make_unique<UnifiedTextPolicy>(model, spec, info), model};
 }
 
 BuiltTextPolicy load_unified(const std::string& dir, torch::Dtype dtype) {

@@ -2,6 +2,7 @@
 #include "core/policies/unified_policy.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
 #include "core/batch/collate.h"
@@ -9,6 +10,7 @@
 #include "models/safetensors.h"
 #include "models/unified/generate.h"
 #include "models/unified/weights.h"
+#include "parallel/tp_layers.h"
 
 namespace tandem {
 
@@ -53,9 +55,22 @@ std::vector<std::vector<int64_t>> class_prompts(const models::Tokenizer& tokeniz
 
 UnifiedTextPolicy::UnifiedTextPolicy(models::UnifiedModel model) : model_(std::move(model)) {}
 
+UnifiedTextPolicy::UnifiedTextPolicy(models::UnifiedModel model, models::LoraSpec lora, nlohmann::json adapter_info)
+    : model_(std::move(model)), lora_(std::move(lora)), adapter_info_(std::move(adapter_info)) {
+  TORCH_CHECK(models::has_lora(*model_), "UnifiedTextPolicy: the model has no adapters attached");
+}
+
+std::vector<torch::Tensor> UnifiedTextPolicy::parameters() {
+  if (lora_) return models::lora_parameters(*model_);
+  if (adapters_off_) return models::base_parameters(*model_);
+  return model_->parameters();
+}
+
 PolicyModel::Output UnifiedTextPolicy::rows(const torch::Tensor& ids, const torch::Tensor& lengths,
                                             const torch::Tensor& targets, bool with_entropy) {
   const torch::Device d = model_->device();
+  std::optional<parallel::LoraOffGuard> off;
+  if (adapters_off_) off.emplace();
   const torch::Tensor logits = model_->text_logits(ids.to(d), lengths.to(d));  // (B, T, V), float32 / float64
   const torch::Tensor logp_all = torch::log_softmax(logits, -1);               // (B, T, V)
   Output out;
@@ -88,20 +103,37 @@ PolicyModel::Output UnifiedTextPolicy::forward_packed(const PackedBatch& b, bool
 
 std::vector<models::Generation> UnifiedTextPolicy::generate(const std::vector<models::GenerationRequest>& requests,
                                                             const models::SamplingParams& params) {
+  if (adapters_off_) throw std::logic_error("the KL reference does not generate");
   return models::generate_unified(*model_, requests, params);
 }
 
 void UnifiedTextPolicy::save(const std::string& dir, bool write) {
-  if (write) models::save_unified(*model_, dir);
+  if (!write) return;
+  if (!lora_) return save_base(dir, write);
+  nlohmann::json extra{{"task_type", "CAUSAL_LM"}};
+  for (const auto& [k, v] : adapter_info_.items()) extra[k] = v;
+  models::write_peft_adapter(dir, *lora_, models::lora_state(*model_), extra);
 }
 
 void UnifiedTextPolicy::load(const std::string& dir) {
+  if (lora_)
+    models::load_lora_state(*model_, models::read_peft_weights(dir), dir);
+  else
+    load_base(dir);
+}
+
+void UnifiedTextPolicy::save_base(const std::string& dir, bool write) {
+  if (write) models::save_unified(*model_, dir);
+}
+
+void UnifiedTextPolicy::load_base(const std::string& dir) {
   const std::string path = dir + "/model.safetensors";
   if (!std::filesystem::exists(path)) throw UserError(path + ": no such file (not a unified model directory)");
   models::load_unified_state(*model_, models::load_safetensors(path), path);
 }
 
 models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model) {
+  TORCH_CHECK(!models::has_lora(model), "frozen_copy: a model with adapters is referenced with them off");
   models::UnifiedModel ref(model.config(), std::nullopt);
   ref->to(model.device(), model.dtype());
   torch::NoGradGuard no_grad;
@@ -111,6 +143,11 @@ models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model) {
 }
 
 std::unique_ptr<TextPolicy> UnifiedTextPolicy::frozen_copy() {
+  if (lora_ || adapters_off_) {  // the base: the same tensors, read with the adapters off
+    auto ref = std::make_unique<UnifiedTextPolicy>(model_);
+    ref->adapters_off_ = true;
+    return ref;
+  }
   return std::make_unique<UnifiedTextPolicy>(tandem::frozen_copy(*model_));
 }
 

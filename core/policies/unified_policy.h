@@ -4,11 +4,14 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config/config.h"
 #include "core/policies/text_policy.h"
+#include "models/layers/lora_linear.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/unified/model.h"
 
@@ -24,6 +27,7 @@ std::vector<std::vector<int64_t>> class_prompts(const models::Tokenizer& tokeniz
 std::string class_prompt_text(int64_t label);
 
 // A copy of `model`'s current weights (same device and dtype) that takes no gradients: a KL reference.
+// The base only: a model with adapters is referenced with them off instead (no copy).
 models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model);
 
 // The AR track's policy on the unified model. Packed batches run as padded rows (the unified
@@ -31,16 +35,23 @@ models::UnifiedModel frozen_copy(models::UnifiedModelImpl& model);
 class UnifiedTextPolicy final : public TextPolicy {
  public:
   explicit UnifiedTextPolicy(models::UnifiedModel model);
+  // A model with adapters attached (models::attach_lora) by `lora`; adapter_info: extra keys of
+  // the saved adapter_config.json (base_model_name_or_path).
+  UnifiedTextPolicy(models::UnifiedModel model, models::LoraSpec lora, nlohmann::json adapter_info);
 
   Output forward_packed(const PackedBatch& batch, bool with_entropy) override;  // (N)
   Output forward_padded(const PaddedBatch& batch, bool with_entropy) override;  // (B, T)
-  std::vector<torch::Tensor> parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> parameters() override;
   std::vector<models::Generation> generate(const std::vector<models::GenerationRequest>& requests,
                                            const models::SamplingParams& params) override;
   void save(const std::string& dir, bool write) override;
   void load(const std::string& dir) override;
   std::unique_ptr<TextPolicy> frozen_copy() override;
   int64_t max_seq_len() const override { return model_->config().max_text_len; }
+  bool has_adapters() const override { return lora_.has_value(); }
+  std::vector<torch::Tensor> base_parameters() override { return models::base_parameters(*model_); }
+  void save_base(const std::string& dir, bool write) override;
+  void load_base(const std::string& dir) override;
 
   models::UnifiedModel& model() { return model_; }
 
@@ -48,6 +59,9 @@ class UnifiedTextPolicy final : public TextPolicy {
   // ids (B, T), lengths (B), targets (B, T) -> log-probs (and entropy) (B, T).
   Output rows(const torch::Tensor& ids, const torch::Tensor& lengths, const torch::Tensor& targets, bool with_entropy);
   models::UnifiedModel model_;
+  std::optional<models::LoraSpec> lora_;  // the policy trains these adapters
+  nlohmann::json adapter_info_;
+  bool adapters_off_ = false;  // the KL reference of a LoRA policy: the same model, adapters off
 };
 
 }  // namespace tandem

@@ -1,7 +1,6 @@
 // The image track's part of a checkpoint: image_model/ holds the policy (model.safetensors), the
 // KL reference's copy (reference.safetensors), or with LoRA the base beside the adapters.
 #include <filesystem>
-#include <fstream>
 
 #include "common/error.h"
 #include "core/tracks/image_track.h"
@@ -31,13 +30,7 @@ void ImageTrack::save(const std::string& dir) {
   // A shared model is the AR track's, saved there (ar_model/). A LoRA policy's base is saved with
   // it (the DiT is small), so the checkpoint alone restores the policy.
   if (!shared()) models::save_safetensors(dir + "/image_model/model.safetensors", flow_->named_tensors());
-  if (lora_dit_) {
-    const models::LoraSpec& l = lora_spec_;  // all-linear resolved: peft reads a list as module names
-    models::save_safetensors(dir + "/" + kImageAdapterFile, models::lora_state(*lora_dit_), {{"format", "pt"}});
-    const nlohmann::json c{{"peft_type", "LORA"},         {"r", l.rank},         {"lora_alpha", l.alpha},
-                           {"target_modules", l.targets}, {"lora_dropout", 0.0}, {"bias", "none"}};
-    std::ofstream(dir + "/image_model/adapter_config.json") << c.dump(2) << "\n";
-  }
+  if (lora_dit_) models::write_peft_adapter(dir + "/image_model", lora_spec_, models::lora_state(*lora_dit_));
   // The KL reference is the starting policy; it is saved so a resume keeps the same one.
   if (reference_) models::save_safetensors(dir + "/image_model/reference.safetensors", reference_->named_tensors());
 }

@@ -107,11 +107,16 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
       throw std::logic_error("ImageTrack: arch shared needs the AR track's unified model and tokenizer");
     const auto prompts = class_prompts(*tokenizer, im.model.num_classes);
     flow_ = std::make_unique<models::UnifiedFlow>(shared_model, prompts);
-    if (im.algo.kl.coef > 0) reference_ = std::make_unique<models::UnifiedFlow>(frozen_copy(*shared_model), prompts);
+    // tracks.ar.lora's adapters are this track's too; their KL reference is the base, adapters off.
+    if (models::has_lora(*shared_model))
+      lora_root_ = shared_model.get();
+    else if (im.algo.kl.coef > 0)
+      reference_ = std::make_unique<models::UnifiedFlow>(frozen_copy(*shared_model), prompts);
   } else {
     flow_ = make_dit(im.model, static_cast<uint64_t>(config.run.seed) + 17, device, dtype);
     if (im.lora.enabled()) {
       lora_dit_ = static_cast<models::DitFlow&>(*flow_).module().get();
+      lora_root_ = lora_dit_;
       lora_spec_ = {im.lora.rank, im.lora.alpha, im.lora.targets};
       if (lora_spec_.targets == std::vector<std::string>{"all-linear"}) lora_spec_.targets = models::lora_dit_names();
       const models::LoraSpec& spec = lora_spec_;
@@ -148,7 +153,7 @@ ImageTrack::ImageTrack(const Config& config, const TrainerComms& comms, torch::D
 ImageTrack::~ImageTrack() = default;
 
 std::vector<torch::Tensor> ImageTrack::parameters() {
-  return lora_dit_ ? models::lora_parameters(*lora_dit_) : flow_->parameters();
+  return lora_root_ ? models::lora_parameters(*lora_root_) : flow_->parameters();
 }
 
 std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std::function<void(int64_t)>& between,
@@ -182,12 +187,12 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
     // pretrained model a LoRA run starts from (the base is frozen again for RL).
     std::optional<parallel::LoraOffGuard> adapters_off;
     std::vector<torch::Tensor> base;
-    if (lora_dit_) {
+    if (lora_root_) {
       adapters_off.emplace();
-      base = models::base_parameters(*lora_dit_);
+      base = models::base_parameters(*lora_root_);
       for (auto& t : base) t.set_requires_grad(true);
-      spdlog::info(
-          "image: tracks.image.lora is on: pretraining trains the base (adapters off), which RL then keeps frozen");
+      spdlog::info("image: {} is on: pretraining trains the base (adapters off), which RL then keeps frozen",
+                   lora_dit_ ? "tracks.image.lora" : "tracks.ar.lora");
     }
     const FlowPretrainSummary s = pretrain_flow(*flow_, base, config_, *comms_.dp, *comms_.grad, p.path, between);
     for (auto& t : base) t.set_requires_grad(false);

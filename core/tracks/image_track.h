@@ -112,7 +112,10 @@ class ImageTrack final : public Track {
   // Frozen copy for the KL on transition means (kl.coef > 0); none with LoRA (the base is it).
   std::unique_ptr<models::FlowModel> reference_;
   models::DitImpl* lora_dit_ = nullptr;  // tracks.image.lora: the DiT carrying the adapters
-  models::LoraSpec lora_spec_;           // their spec, targets resolved (all-linear named)
+  // The module whose adapters this track trains: lora_dit_, or the shared unified model when
+  // tracks.ar.lora put adapters on it (saved by the AR track); null without LoRA.
+  torch::nn::Module* lora_root_ = nullptr;
+  models::LoraSpec lora_spec_;  // their spec, targets resolved (all-linear named)
   std::unique_ptr<rewards::ImageRewardFn> reward_;
   std::unique_ptr<rewards::RewardFn> command_reward_;  // reward.kind: command (PNG files)
   MicroGeometry geometry_;

@@ -8,8 +8,11 @@
 
 #include "common/error.h"
 #include "common/regular_file.h"
+#include "core/policies/llama_policy.h"
+#include "core/policies/unified_policy.h"
 #include "core/run/checkpoint_manifest.h"
 #include "models/llama/weights.h"
+#include "models/unified/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -49,11 +52,10 @@ nlohmann::json read_base_identity(const std::string& checkpoint) {
   return j;
 }
 
-std::unique_ptr<LlamaPolicy> load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
-                                                  std::string* base_dir) {
+BuiltTextPolicy load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
+                                     std::string* base_dir) {
   const ArTrackConfig& ar = config.tracks.ar;
-  if (!ar.lora.enabled() || ar.model.arch != ArArch::kLlama)
-    throw UserError(dir + ": its recipe has no tracks.ar.lora on a llama model; it holds no adapters");
+  if (!ar.lora.enabled()) throw UserError(dir + ": its recipe has no tracks.ar.lora; it holds no adapters");
   const nlohmann::json saved = read_base_identity(dir);
   std::string base = dir + "/" + kBaseDir;
   if (saved["source"] == "hf_dir") {
@@ -65,14 +67,20 @@ std::unique_ptr<LlamaPolicy> load_lora_checkpoint(const std::string& dir, const 
   } else if (!fs::is_directory(base)) {
     throw UserError(dir + ": no " + kBaseDir + "/ (the LoRA base this checkpoint holds); the checkpoint is damaged");
   }
-  models::LlamaForCausalLM model = models::load_llama(base, {}, dtype);
   const models::LoraSpec spec = lora_spec(ar.lora);
-  models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
   const std::string adapter = dir + "/" + kAdapterDir;
-  models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
   if (base_dir) *base_dir = base;
   nlohmann::json info{{"base_model_name_or_path", ar.model.hf_dir ? nlohmann::json(*ar.model.hf_dir) : nullptr}};
-  return std::make_unique<LlamaPolicy>(model, models::LogProbOptions{}, spec, info);
+  if (ar.model.arch == ArArch::kUnified) {
+    models::UnifiedModel model = models::load_unified(base, dtype);
+    models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
+    models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
+    return {std::make_unique<UnifiedTextPolicy>(model, spec, info), model};
+  }
+  models::LlamaForCausalLM model = models::load_llama(base, {}, dtype);
+  models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
+  models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
+  return {std::make_unique<LlamaPolicy>(model, models::LogProbOptions{}, spec, info), models::UnifiedModel{nullptr}};
 }
 
 }  // namespace tandem

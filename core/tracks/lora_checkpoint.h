@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/config/config.h"
-#include "core/policies/llama_policy.h"
+#include "core/policies/text_policies.h"
 
 namespace tandem {
 
@@ -26,9 +26,9 @@ void check_base_identity(const nlohmann::json& saved, const nlohmann::json& now,
 nlohmann::json read_base_identity(const std::string& checkpoint);
 
 // Checkpoint `dir`'s policy on one process (tp 1) in `dtype`: its base (ar_base/, or the recipe's
-// hf_dir after its identity is checked) with its adapters attached and loaded. base_dir: where the
-// base came from.
-std::unique_ptr<LlamaPolicy> load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
-                                                  std::string* base_dir = nullptr);
+// hf_dir after its identity is checked) with its adapters attached and loaded: a LlamaPolicy, or on
+// arch unified a UnifiedTextPolicy with .unified its model. base_dir: where the base came from.
+BuiltTextPolicy load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
+                                     std::string* base_dir = nullptr);
 
 }  // namespace tandem

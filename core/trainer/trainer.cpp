@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/regular_file.h"
 #include "core/batch/rollout_bridge.h"
+#include "core/grpo/adamw_8bit.h"
 #include "core/grpo/adamw_rate.h"
 #include "core/grpo/lr_schedule.h"
 #include "core/grpo/master_weights.h"
@@ -71,6 +72,7 @@ std::string incompatible_change(const Config& saved, const Config& current) {
     only.tracks.image.enabled = c.tracks.image.enabled;
     only.tracks.image.model = c.tracks.image.model;
     only.tracks.image.lora = c.tracks.image.lora;
+    only.optim.moments = c.optim.moments;  // the optimizer file's format
     return to_yaml(only);
   };
   const std::string a = shape_of(saved), b = shape_of(current);
@@ -80,10 +82,10 @@ std::string incompatible_change(const Config& saved, const Config& current) {
   while (std::getline(sa, la) && std::getline(sb, lb)) {
     if (!la.empty() && la[0] != ' ') section = la;
     if (la != lb)
-      return "the checkpoint's recipe differs in model, tokenizer or LoRA (" + section + " ... '" + la + "' vs now '" +
-             lb + "')";
+      return "the checkpoint's recipe differs in model, tokenizer, LoRA or optim.moments (" + section + " ... '" + la +
+             "' vs now '" + lb + "')";
   }
-  return "the checkpoint's recipe differs in model, tokenizer or LoRA";
+  return "the checkpoint's recipe differs in model, tokenizer, LoRA or optim.moments";
 }
 
 struct Trainer::Impl {
@@ -96,8 +98,8 @@ struct Trainer::Impl {
   torch::Dtype dtype = torch::kFloat32;
   bool master_weights = false;  // run.dtype bfloat16: float32 master weights (master_weights.h)
   std::vector<std::unique_ptr<Track>> tracks;
-  std::unique_ptr<MasterWeights> master;  // set with master_weights
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<MasterWeights> master;               // set with master_weights
+  std::unique_ptr<torch::optim::Optimizer> optimizer;  // AdamW, or AdamW8bit (optim.moments: 8bit)
   parallel::TpShards shards;  // which trained parameters are split over tp (the clipping norm's)
   std::unique_ptr<MetricsWriter> metrics;
   int64_t start_step = 0;
@@ -188,9 +190,25 @@ struct Trainer::Impl {
       for (auto& t : tracks) t->set_after_backward([this] { master->accumulate_grads(); });
     }
     const auto& o = config.optim;
-    optimizer = std::make_unique<torch::optim::AdamW>(
-        trained_parameters(),
-        torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
+    const auto adamw =
+        torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay);
+    const std::vector<torch::Tensor> trained = trained_parameters();
+    if (o.moments == OptimMoments::k8bit) {
+      auto opt = std::make_unique<AdamW8bit>(trained, adamw);
+      int64_t numel = 0, quantized = 0;
+      for (const auto& p : trained) {
+        numel += p.numel();
+        if (quantizes_moments(p)) quantized += p.numel();
+      }
+      spdlog::info(
+          "optim.moments: 8bit: AdamW's moments as blockwise 8-bit codes (torchao's AdamW8bit) for {} of {} "
+          "trained tensors ({} of {} parameters), float32 for the rest: about {:.1f} MB of state on this rank",
+          opt->quantized_tensors(), trained.size(), quantized, numel,
+          (2.0 * quantized + 8.0 * quantized / kMomentBlock + 8.0 * (numel - quantized)) / 1e6);
+      optimizer = std::move(opt);
+    } else {
+      optimizer = std::make_unique<torch::optim::AdamW>(trained, adamw);
+    }
     shards = tp_shards();
   }
 
@@ -367,7 +385,7 @@ struct Trainer::Impl {
     std::vector<MetricMap> per_track(tracks.size());
     for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
     const std::vector<torch::Tensor> params = trained_parameters();
-    double grad_norm = 0, skipped = 0;
+    double grad_norm = 0, skipped = 0, update_s = 0;
     const int64_t minis = config.train.num_mini_batches;
     for (int64_t mini = 0; mini < minis; ++mini) {
       if (mini == 0) fault::maybe_signal("optimizer", step);
@@ -376,9 +394,11 @@ struct Trainer::Impl {
         tracks[i]->accumulate(mini, tracks.size() > 1 ? tracks[i]->weight() : 1.0, per_track[i]);
         loss_finite = loss_finite && tracks[i]->loss_finite();
       }
+      const auto u0 = std::chrono::steady_clock::now();
       const StepOutcome out =
           reduce_and_step(params, *optimizer, *comms.grad, config.optim.grad_clip, loss_finite, shards);
       if (master && out.applied) master->copy_to_model();
+      update_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - u0).count();
       grad_norm += out.grad_norm / static_cast<double>(minis);
       skipped += out.applied ? 0 : 1;
     }
@@ -399,6 +419,7 @@ struct Trainer::Impl {
     m["mem/peak_rss_gib"] = rss[0].item<double>();                        // the largest rank's high-water mark so far
     if (device.is_cuda()) m["mem/peak_gpu_gib"] = rss[1].item<double>();  // the caching allocator's
     m["steps/skipped_updates"] = skipped;
+    m["time/update_s"] = update_s;  // gradient reduction, clipping, the optimizer step and the master copy-back
     m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return m;
   }

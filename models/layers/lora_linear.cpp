@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
 
 #include "common/error.h"
+#include "models/safetensors.h"
+#include "models/safetensors_detail.h"
 
 namespace tandem::models {
 
@@ -130,6 +133,42 @@ void load_lora_state(torch::nn::Module& root, const std::map<std::string, torch:
     }
   for (const auto& [key, t] : tensors)
     if (!used.count(key)) throw UserError(source + ": unexpected tensor " + key + " (other adapter targets?)");
+}
+
+void write_peft_adapter(const std::string& dir, const LoraSpec& spec, const std::map<std::string, torch::Tensor>& state,
+                        const nlohmann::json& extra) {
+  std::filesystem::create_directories(dir);
+  nlohmann::json c{{"peft_type", "LORA"},
+                   {"r", spec.rank},
+                   {"target_modules", spec.targets},  // all-linear resolved: peft reads a list as module names
+                   {"lora_dropout", 0.0},
+                   {"bias", "none"},
+                   {"fan_in_fan_out", false},
+                   {"init_lora_weights", true},
+                   {"use_rslora", false},
+                   {"use_dora", false},
+                   {"modules_to_save", nullptr},
+                   {"layers_to_transform", nullptr},
+                   {"rank_pattern", nlohmann::json::object()},
+                   {"alpha_pattern", nlohmann::json::object()},
+                   {"inference_mode", true},
+                   {"base_model_name_or_path", nullptr}};
+  if (spec.alpha == std::floor(spec.alpha))
+    c["lora_alpha"] = static_cast<int64_t>(spec.alpha);
+  else
+    c["lora_alpha"] = spec.alpha;
+  for (const auto& [k, v] : extra.items()) c[k] = v;
+  save_safetensors(dir + "/" + kAdapterWeights, state, {{"format", "pt"}});
+  detail::write_text_atomically(dir + "/" + kAdapterConfig, c.dump(2) + "\n");
+}
+
+std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir) {
+  const std::string file = dir + "/" + kAdapterWeights;
+  if (!std::filesystem::is_regular_file(file))
+    throw UserError(file + ": missing; an adapter directory holds adapter_model.safetensors");
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, t] : load_safetensors(file)) out[name] = t;
+  return out;
 }
 
 }  // namespace tandem::models

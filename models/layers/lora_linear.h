@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,15 @@ std::map<std::string, torch::Tensor> lora_state(torch::nn::Module& root);
 // unexpected or non-finite tensor.
 void load_lora_state(torch::nn::Module& root, const std::map<std::string, torch::Tensor>& tensors,
                      const std::string& source);
+
+// A peft adapter directory, whatever the model: `state` (peft's keys) as adapter_model.safetensors
+// and peft's LoraConfig fields for `spec` as adapter_config.json (`extra` adds or overrides keys:
+// task_type, base_model_name_or_path). Creates dir; the config is written atomically.
+inline constexpr const char* kAdapterConfig = "adapter_config.json";
+inline constexpr const char* kAdapterWeights = "adapter_model.safetensors";
+void write_peft_adapter(const std::string& dir, const LoraSpec& spec, const std::map<std::string, torch::Tensor>& state,
+                        const nlohmann::json& extra = nlohmann::json::object());
+// dir/adapter_model.safetensors; UserError naming it when missing.
+std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir);
 
 }  // namespace tandem::models

@@ -11,14 +11,10 @@
 
 #include "common/error.h"
 #include "models/safetensors.h"
-#include "models/safetensors_detail.h"
 
 namespace tandem::models {
 
 namespace {
-
-constexpr const char* kAdapterConfig = "adapter_config.json";
-constexpr const char* kAdapterWeights = "adapter_model.safetensors";
 
 // One linear layer that can carry an adapter: its module path as HF names it, and the layer.
 struct Linear {
@@ -171,30 +167,9 @@ void save_peft_adapter(LlamaForCausalLMImpl& model, const LoraSpec& spec, const 
                        const nlohmann::json& extra) {
   const std::map<std::string, torch::Tensor> state = gather_lora_state(model);
   if (!writer) return;
-  std::filesystem::create_directories(dir);
-  nlohmann::json c{{"peft_type", "LORA"},
-                   {"task_type", "CAUSAL_LM"},
-                   {"r", spec.rank},
-                   {"target_modules", spec.targets},
-                   {"lora_dropout", 0.0},
-                   {"bias", "none"},
-                   {"fan_in_fan_out", false},
-                   {"init_lora_weights", true},
-                   {"use_rslora", false},
-                   {"use_dora", false},
-                   {"modules_to_save", nullptr},
-                   {"layers_to_transform", nullptr},
-                   {"rank_pattern", nlohmann::json::object()},
-                   {"alpha_pattern", nlohmann::json::object()},
-                   {"inference_mode", true},
-                   {"base_model_name_or_path", nullptr}};
-  if (spec.alpha == std::floor(spec.alpha))
-    c["lora_alpha"] = static_cast<int64_t>(spec.alpha);
-  else
-    c["lora_alpha"] = spec.alpha;
-  for (const auto& [k, v] : extra.items()) c[k] = v;
-  save_safetensors(dir + "/" + kAdapterWeights, state, {{"format", "pt"}});
-  detail::write_text_atomically(dir + "/" + kAdapterConfig, c.dump(2) + "\n");
+  nlohmann::json e{{"task_type", "CAUSAL_LM"}};
+  for (const auto& [k, v] : extra.items()) e[k] = v;
+  write_peft_adapter(dir, spec, state, e);
 }
 
 LoraSpec read_peft_config(const std::string& dir) {
@@ -233,15 +208,6 @@ LoraSpec read_peft_config(const std::string& dir) {
   }
   if (spec.targets.empty()) throw bad("target_modules must be \"all-linear\" or a non-empty list of module names");
   return spec;
-}
-
-std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir) {
-  const std::string file = dir + "/" + kAdapterWeights;
-  if (!std::filesystem::is_regular_file(file))
-    throw UserError(file + ": missing; an adapter directory holds adapter_model.safetensors");
-  std::map<std::string, torch::Tensor> out;
-  for (auto& [name, t] : load_safetensors(file)) out[name] = t;
-  return out;
 }
 
 void merge_lora(LlamaForCausalLMImpl& model) {

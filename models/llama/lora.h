@@ -52,7 +52,7 @@ void save_peft_adapter(LlamaForCausalLMImpl& model, const LoraSpec& spec, const 
 // exactly (rslora, DoRA, fan_in_fan_out, bias, modules_to_save, per-module ranks); dropout does not
 // act at inference and is not read.
 LoraSpec read_peft_config(const std::string& dir);
-std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir);
+// read_peft_weights(dir): models/layers/lora_linear.h.
 
 // W += scale * B A in every adapted module (computed in float64, rounded once to W's dtype) and
 // the adapters removed from the forward's sum (B zeroed): the model then computes what it did, as

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "models/layers/lora_linear.h"
 #include "models/unified/weights.h"
 
 namespace tandem::models {
@@ -49,7 +50,8 @@ torch::Tensor UnifiedFlow::velocity(const torch::Tensor& x, const torch::Tensor&
 
 std::map<std::string, torch::Tensor> UnifiedFlow::named_tensors() {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model_->named_parameters()) out[p.key()] = p.value().detach();
+  for (const auto& p : model_->named_parameters())  // the base: adapters are the text policy's to save
+    if (!is_lora_parameter(p.key())) out[p.key()] = p.value().detach();
   return out;
 }
 

@@ -11,11 +11,16 @@ namespace tandem::models {
 
 namespace {
 
-torch::nn::Linear plain_linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-}
+// A LoraLinear without adapters is a torch::nn::Linear (same parameters, same init draws).
+LoraLinear plain_linear(int64_t in, int64_t out) { return LoraLinear(torch::nn::LinearOptions(in, out).bias(false)); }
 
 }  // namespace
+
+const std::vector<std::string>& lora_unified_names() {
+  static const std::vector<std::string> kNames{"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"};
+  return kNames;
+}
 
 UnifiedAttentionImpl::UnifiedAttentionImpl(const UnifiedConfig& c) : num_heads_(c.num_heads), head_dim_(c.head_dim()) {
   q_proj = register_module("q_proj", plain_linear(c.hidden_size, c.hidden_size));

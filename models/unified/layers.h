@@ -6,12 +6,20 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "models/layers/lora_linear.h"
 #include "models/layers/rms_norm.h"
 #include "models/layers/rotary.h"
 #include "models/unified/config.h"
 
 namespace tandem::models {
+
+// The layers LoRA may adapt (tracks.ar.lora on arch unified; all-linear is all of them): each
+// block's attention and MLP projections, which text and image tokens share. The embeddings, the
+// patch embedding, the timestep MLP and both heads stay frozen.
+const std::vector<std::string>& lora_unified_names();
 
 // Multi-head attention (no biases, as Llama): q, k rotated by the positions' RoPE tables, scores
 // masked to -inf where not allowed, softmax in float32 (float64 for float64).
@@ -21,7 +29,7 @@ class UnifiedAttentionImpl : public torch::nn::Module {
   // x (B, T, D); rotary for the (B*T) rows in row-major order; allowed (B, 1, T, T) bool.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const torch::Tensor& allowed);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   int64_t num_heads_, head_dim_;
@@ -34,7 +42,7 @@ class UnifiedMlpImpl : public torch::nn::Module {
   explicit UnifiedMlpImpl(const UnifiedConfig& config);
   torch::Tensor forward(const torch::Tensor& x);  // (..., D) -> (..., D)
 
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(UnifiedMlp);
 

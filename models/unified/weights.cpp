@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "models/layers/lora_linear.h"
 #include "models/safetensors.h"
 
 namespace tandem::models {
@@ -31,6 +32,7 @@ void load_unified_state(UnifiedModelImpl& model, const std::map<std::string, tor
   std::set<std::string> expected;
   auto params = model.named_parameters();
   for (const auto& item : params) {
+    if (is_lora_parameter(item.key())) continue;  // adapters have their own file (lora_state)
     expected.insert(item.key());
     const auto it = tensors.find(item.key());
     if (it == tensors.end()) {
@@ -48,13 +50,15 @@ void load_unified_state(UnifiedModelImpl& model, const std::map<std::string, tor
     throw UserError(msg);
   }
   torch::NoGradGuard no_grad;
-  for (auto& item : params) item.value().copy_(tensors.at(item.key()));
+  for (auto& item : params)
+    if (!is_lora_parameter(item.key())) item.value().copy_(tensors.at(item.key()));
 }
 
 void save_unified(UnifiedModelImpl& model, const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value().detach();
+  for (const auto& item : model.named_parameters())  // the base: adapters have their own file
+    if (!is_lora_parameter(item.key())) tensors[item.key()] = item.value().detach();
   save_hf_weights(dir, tensors);  // model.safetensors: a tiny model never needs shards
   const std::string path = (std::filesystem::path(dir) / kHfConfigFile).string();
   {

@@ -12,7 +12,10 @@
 #      binary, default build/tandem), TANDEM_TOKENIZER (default build/_deps/tokenizers/qwen2_5),
 #      LORA (default 0: full fine-tuning): LoRA ranks to run per dtype, e.g. "0 32" for full fine-tuning
 #      and rank 32 (alpha 64, all-linear) side by side; each line also gives the AdamW state file's size.
+#      An entry RANK:MOMENTS runs that rank with those optim.moments only ("0 32:8bit").
 #      RECOMPUTE (default none): train.recompute for every run (layers: activation recompute).
+#      MOMENTS (default float32): optim.moments values to run per dtype and rank, e.g. "float32 8bit"
+#      for AdamW's float32 moments and its blockwise 8-bit ones side by side.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
@@ -29,11 +32,14 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 steps=${STEPS:-2}
 echo "real_size: $model, $np rank(s), $(nproc) CPUs, device $device, $steps steps per dtype"
 for dtype in ${DTYPES:-float32 bfloat16}; do
-for lora in ${LORA:-0}; do
+for entry in ${LORA:-0}; do
+lora=${entry%%:*}; only=${entry#*:}; [ "$only" = "$entry" ] && only=""
+for moments in ${only:-${MOMENTS:-float32}}; do
   name=$dtype; lora_args=()
   if [ "$lora" -gt 0 ]; then
     name=${dtype}_lora$lora; lora_args=(--set tracks.ar.lora.rank="$lora" --set tracks.ar.lora.alpha=$((2 * lora)))
   fi
+  [ "$moments" = float32 ] || name=${name}_$moments
   log=$out/$name.log
   start=$(date +%s)
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
@@ -43,10 +49,10 @@ for lora in ${LORA:-0}; do
     --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
     --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
     --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 --set train.recompute="${RECOMPUTE:-none}" \
-    "${lora_args[@]}" >"$log" 2>&1 \
+    --set optim.moments="$moments" "${lora_args[@]}" >"$log" 2>&1 \
     || { echo "real_size: $name run failed:"; tail -20 "$log"; exit 1; }
   wall=$(( $(date +%s) - start ))
-  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$name/metrics.jsonl" "$wall" "$lora" "$out/$name" "${RECOMPUTE:-none}" <<'EOF'
+  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$name/metrics.jsonl" "$wall" "$lora" "$out/$name" "${RECOMPUTE:-none}" "$moments" <<'EOF'
 import glob, json, os, re, sys
 dtype, log, metrics, wall = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
 lora, run_dir = int(sys.argv[5]), sys.argv[6]
@@ -61,12 +67,12 @@ def mean(key):
     vals = [r[key] for r in rows if key in r]
     return sum(vals) / len(vals) if vals else float("nan")
 print(json.dumps({
-    "dtype": dtype, "lora_rank": lora, "recompute": sys.argv[7], "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
+    "dtype": dtype, "lora_rank": lora, "moments": sys.argv[8], "recompute": sys.argv[7], "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
     "gemm_gflops": int(gemm.group(1)) if gemm else None,
     "load_s": float(load.group(1)) if load else None,
     "rollout_tokens_per_s": round(mean("ar/perf/rollout_tokens_per_s"), 1),
     "train_action_tokens_per_s": round(mean("ar/perf/train_tokens_per_s"), 1),
-    "step_s": round(mean("time/step_s"), 1),
+    "step_s": round(mean("time/step_s"), 1), "update_s": round(mean("time/update_s"), 2),
     "generate_s": round(mean("ar/time/generate_s"), 1), "train_s": round(mean("ar/time/train_s"), 1),
     "peak_rss_gib_per_rank": [float(x) for x in rss.group(1).split()] if rss else None,
     "peak_gpu_gib_per_rank": [float(x) for x in gpu.group(1).split()] if gpu else None,
@@ -74,5 +80,6 @@ print(json.dumps({
     "wall_s": wall,
 }))
 EOF
+done
 done
 done

@@ -66,7 +66,7 @@ else
 fi
 
 run straight --resume auto --set tracks.image.lora.rank=8; rc=$?
-[ $rc -eq 2 ] && grep -q "differs in model, tokenizer or LoRA" "$out/straight.log" \
+[ $rc -eq 2 ] && grep -q "differs in model, tokenizer, LoRA or optim.moments" "$out/straight.log" \
   && ok "resume with another tracks.image.lora exits 2" || bad "other lora resume: exit $rc"
 # A LoRA checkpoint's image_model/ as pretrained weights would drop its adapters: refused.
 run from_ckpt --set tracks.image.pretrain.path="$out/straight/$ckpt"; rc=$?

@@ -48,6 +48,22 @@ run --set run.name=straight >"$out/again.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "already holds checkpoints" "$out/again.log" || { echo "FAIL: rerun without --resume: exit $rc"; fail=1; }
 # An incompatible recipe is refused on resume.
 run --set run.name=straight --set tracks.ar.model.hidden_size=48 --resume auto >"$out/incompat.log" 2>&1; rc=$?
-[ $rc -eq 2 ] && grep -q "differs in model, tokenizer or LoRA" "$out/incompat.log" || { echo "FAIL: incompatible resume: exit $rc"; fail=1; }
+[ $rc -eq 2 ] && grep -q "differs in model, tokenizer, LoRA or optim.moments" "$out/incompat.log" || { echo "FAIL: incompatible resume: exit $rc"; fail=1; }
+# optim.moments: 8bit (the MLP's three 32x128 weights get 8-bit moments): resume is exact too, and
+# a checkpoint is not resumed with the other moments.
+q8=(--set optim.moments=8bit --set tracks.ar.model.intermediate_size=128)
+run "${q8[@]}" --set run.name=straight8 >"$out/s8.log" 2>&1 || { echo "FAIL 8-bit straight run"; tail -30 "$out/s8.log"; exit 1; }
+grep -q "optim.moments: 8bit: .* for 3 of 12 trained tensors" "$out/s8.log" || { echo "FAIL: no 8-bit moments line"; grep optim "$out/s8.log"; fail=1; }
+TANDEM_TEST_KILL=after_step:3 run "${q8[@]}" --set run.name=killed8 >"$out/k81.log" 2>&1
+run "${q8[@]}" --set run.name=killed8 --resume auto >"$out/k82.log" 2>&1 || { echo "FAIL 8-bit resumed run"; tail -30 "$out/k82.log"; exit 1; }
+grep -q "resume: .*step_000003 at step 3" "$out/k82.log" || { echo "FAIL: 8-bit run did not resume from step 3"; fail=1; }
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight8/metrics.jsonl" "$out/killed8/metrics.jsonl" || fail=1
+# Control: the 8-bit run is not the float32 run (same model shape).
+run --set tracks.ar.model.intermediate_size=128 --set run.name=float8 >"$out/f8.log" 2>&1 || { echo "FAIL float32 run"; exit 1; }
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/straight8/metrics.jsonl" "$out/float8/metrics.jsonl" >/dev/null 2>&1 \
+  && { echo "FAIL: 8-bit moments left the metrics identical to float32's"; fail=1; }
+run --set tracks.ar.model.intermediate_size=128 --set run.name=killed8 --resume auto >"$out/m8.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "differs in model, tokenizer, LoRA or optim.moments (optim: ... '  moments: 8bit' vs now '  moments: float32')" "$out/m8.log" \
+  || { echo "FAIL: resuming 8-bit moments as float32: exit $rc"; tail -3 "$out/m8.log"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: resume exact after SIGKILL, a torn checkpoint write and a damaged checkpoint"
 exit $fail

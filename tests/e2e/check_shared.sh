@@ -4,7 +4,8 @@
 # bitwise-identical weights), while another image micro size changes the weights (the control:
 # the comparison can fail); both tracks' first ratio is exactly 1; the grids carry their prompts;
 # resume is exact, also with both KL references; `tandem generate` writes text and draws images
-# from the checkpoint.
+# from the checkpoint. With tracks.ar.lora both tracks train one set of adapters on the shared
+# model's frozen base (checkpoint layout, frozen base bytes, exact resume, generate).
 set -u
 tandem=$1; mpirun=$2; recipe=$3; here=$(dirname "$0")
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -57,6 +58,32 @@ test -d "$out/kl/checkpoints/step_000003/ar_reference" && echo "ok: the AR KL re
     --image-out "$out/gen/grid.png" >"$out/gen.log" 2>&1 || { echo "FAIL generate"; cat "$out/gen.log"; exit 1; }
 grep -q "square corners= -> " "$out/gen.log" && test -s "$out/gen/grid.png" && grep -q '"draw circle"' "$out/gen/grid.json" \
   && echo "ok: generate wrote text and drew a grid from the shared checkpoint" || { echo "FAIL generate output"; cat "$out/gen.log"; fail=1; }
+# tracks.ar.lora on the shared model: both tracks train the same adapters on a frozen base (the
+# warm-start and the flow pretraining train the base, adapters off); both KL references are the
+# base with the adapters off (no copies saved); resume is exact; generate runs base + adapters.
+lora="--set tracks.ar.lora.rank=4 --set tracks.ar.lora.alpha=8 $kl --set run.save_every=1"
+run --set run.name=lora $lora >"$out/l.log" 2>&1 || { echo "FAIL LoRA run"; tail -30 "$out/l.log"; exit 1; }
+grep -q "ar lora: rank 4, alpha 8 .* 2176 adapter parameters" "$out/l.log" \
+  && grep -q "image: tracks.ar.lora is on: pretraining trains the base (adapters off)" "$out/l.log" \
+  && echo "ok: LoRA on the shared model: 2,176 adapter parameters (q/k/v/o, gate/up/down), pretrained base" \
+  || { echo "FAIL: LoRA log lines"; grep -i "lora" "$out/l.log"; fail=1; }
+c1=$out/lora/checkpoints/step_000001; c3=$out/lora/checkpoints/step_000003
+for f in ar_adapter/adapter_model.safetensors ar_adapter/adapter_config.json ar_adapter/base_model.json ar_base/model.safetensors; do
+  test -s "$c3/$f" || { echo "FAIL: no $f in the LoRA checkpoint"; fail=1; }
+done
+test ! -e "$c3/ar_reference" && test ! -e "$c3/image_model" && test ! -e "$c3/ar_model" \
+  && echo "ok: the LoRA checkpoint holds adapters + base, no reference copies" || { echo "FAIL: LoRA checkpoint layout"; ls "$c3"; fail=1; }
+cmp -s "$c1/ar_base/model.safetensors" "$c3/ar_base/model.safetensors" \
+  && ! cmp -s "$c1/ar_adapter/adapter_model.safetensors" "$c3/ar_adapter/adapter_model.safetensors" \
+  && echo "ok: the base is byte-identical at steps 1 and 3 while the adapters move" || { echo "FAIL: base moved or adapters did not"; fail=1; }
+TANDEM_TEST_KILL=after_step:2 run --set run.name=lora_killed $lora >"$out/lk1.log" 2>&1
+run --set run.name=lora_killed $lora --resume auto >"$out/lk2.log" 2>&1 || { echo "FAIL LoRA resume"; tail -30 "$out/lk2.log"; exit 1; }
+"$TANDEM_PYTHON" "$here/compare_metrics.py" "$out/lora/metrics.jsonl" "$out/lora_killed/metrics.jsonl" || fail=1
+cmp -s "$c3/ar_adapter/adapter_model.safetensors" "$out/lora_killed/checkpoints/step_000003/ar_adapter/adapter_model.safetensors" \
+  && echo "ok: resumed LoRA run's step-3 adapters equal the straight run's bit for bit" || { echo "FAIL: resumed adapters differ"; fail=1; }
+"$tandem" generate --checkpoint "$out/lora" --prompt "square corners=" --prompt "draw square" --samples 2 \
+    --image-out "$out/lgen/grid.png" >"$out/lgen.log" 2>&1 && grep -q "square corners= -> " "$out/lgen.log" && test -s "$out/lgen/grid.png" \
+  && echo "ok: generate reads the LoRA checkpoint (base + adapters) for text and images" || { echo "FAIL: LoRA generate"; cat "$out/lgen.log"; fail=1; }
 # What the shared model cannot do is refused with exit 2, naming why.
 expect2() {  # expect2 WHAT TEXT CMD...: CMD exits 2 and its stderr contains TEXT
   local what=$1 text=$2; shift 2
@@ -66,4 +93,6 @@ expect2() {  # expect2 WHAT TEXT CMD...: CMD exits 2 and its stderr contains TEX
 }
 expect2 "ckpt export-hf of a unified model" "no Hugging Face equivalent" "$tandem" ckpt export-hf "$out/unset" "$out/hf"
 expect2 "pretrain-flow of a shared model" "pretrains both heads together" "$tandem" pretrain-flow --config "$recipe"
+expect2 "ckpt export-hf of a unified LoRA checkpoint" "no Hugging Face equivalent" "$tandem" ckpt export-hf "$out/lora" "$out/hf2"
+expect2 "tracks.image.lora on a shared model" "takes its adapters from tracks.ar.lora" "$tandem" check-config --config "$recipe" --set tracks.image.lora.rank=4
 exit $fail

@@ -1,0 +1,223 @@
+// AdamW with blockwise 8-bit moments; the arithmetic mirrors torchao.optim.AdamW8bit op for op
+// (single_param_adam), so scripts/fixtures/adamw8bit_oracle.py can hold it to torchao's numbers.
+#include "core/grpo/adamw_8bit.h"
+
+#include <torch/serialize/archive.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace tandem {
+
+namespace {
+constexpr int64_t kStepChunk = int64_t{1} << 20;  // elements per pass of a quantised tensor's update
+}  // namespace
+
+torch::Tensor dynamic_map(bool is_signed) {
+  // bitsandbytes' create_dynamic_map with max_exponent_bits 7 and total_bits 8: per exponent i,
+  // 2^i (signed, both signs) or 2^(i+1) (unsigned) midpoints of linspace(0.1, 1) scaled by
+  // 10^(i-6); its "additional items" term is 2^(7-7)-1 = 0 here. Built with the same float32
+  // tensor ops as the Python, so the values are the same floats.
+  constexpr int kExponentBits = 7;
+  std::vector<float> data;
+  for (int i = 0; i < kExponentBits; ++i) {
+    const int64_t items = is_signed ? (int64_t{1} << i) + 1 : (int64_t{1} << (i + 1)) + 1;
+    const torch::Tensor b = torch::linspace(0.1, 1, items);                        // (items,) float32
+    const torch::Tensor means = (b.slice(0, 0, items - 1) + b.slice(0, 1)) / 2.0;  // (items - 1,)
+    const torch::Tensor pos = (means * std::pow(10.0, -(kExponentBits - 1) + i)).contiguous();
+    const float* v = pos.data_ptr<float>();
+    for (int64_t k = 0; k < pos.numel(); ++k) data.push_back(v[k]);
+    if (is_signed) {
+      const torch::Tensor neg = (means * -std::pow(10.0, -(kExponentBits - 1) + i)).contiguous();
+      const float* w = neg.data_ptr<float>();
+      for (int64_t k = 0; k < neg.numel(); ++k) data.push_back(w[k]);
+    }
+  }
+  data.push_back(0.0f);
+  data.push_back(1.0f);
+  TORCH_CHECK(data.size() == 256, "dynamic_map: ", data.size(), " values, expected 256");
+  std::sort(data.begin(), data.end());
+  return torch::tensor(data, torch::kFloat32);
+}
+
+bool quantizes_moments(const torch::Tensor& param) {
+  return param.numel() >= kMinQuantizedNumel && param.numel() % kMomentBlock == 0;
+}
+
+BlockwiseCodes quantize_blockwise(const torch::Tensor& x, const torch::Tensor& qmap) {
+  TORCH_CHECK(x.numel() % kMomentBlock == 0, "quantize_blockwise: ", x.numel(), " elements is not a multiple of ",
+              kMomentBlock);
+  const torch::Tensor blocks = x.reshape({-1, kMomentBlock});                 // (N / 256, 256)
+  const torch::Tensor scale = blocks.abs().amax(-1).clamp_min(1e-12);         // (N / 256,)
+  const torch::Tensor scaled = (blocks / scale.view({-1, 1})).reshape({-1});  // (N,) in [-1, 1]
+  // The last entry <= each value (entry 0 below the map), then up when at least half-way to the
+  // next: torchao's branchless binary search and rounding, as one searchsorted.
+  const torch::Tensor down = (torch::searchsorted(qmap, scaled, false, true) - 1).clamp(0, 255);  // (N,) int64
+  const torch::Tensor up = (down + 1).clamp_max(255);
+  const torch::Tensor down_v = qmap.index_select(0, down), up_v = qmap.index_select(0, up);
+  const torch::Tensor codes = torch::where(scaled - down_v >= (up_v - down_v) * 0.5, up, down);
+  return {codes.to(torch::kUInt8).view(x.sizes()), scale};
+}
+
+torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor& qmap) {
+  const torch::Tensor v = qmap.index_select(0, q.codes.reshape({-1}).to(torch::kLong));  // (N,)
+  return (v.view({-1, kMomentBlock}) * q.scale.view({-1, 1})).view(q.codes.sizes());
+}
+
+AdamW8bit::AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options)
+    : torch::optim::Optimizer(params, std::make_unique<torch::optim::AdamWOptions>(options)),
+      qmap_signed_(dynamic_map(true)),
+      qmap_unsigned_(dynamic_map(false)) {
+  moments_.resize(all_params().size());
+}
+
+std::vector<torch::Tensor> AdamW8bit::all_params() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& g : param_groups()) out.insert(out.end(), g.params().begin(), g.params().end());
+  return out;
+}
+
+torch::Tensor AdamW8bit::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode grad_mode(true);
+    loss = closure();
+  }
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> params = all_params();
+  TORCH_CHECK(params.size() == moments_.size(), "AdamW8bit: parameter groups changed after construction");
+  size_t i = 0;
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    const torch::Tensor lr = torch::tensor(static_cast<float>(o.lr()));  // torchao keeps lr as a float32 tensor
+    for (auto& p : group.params()) {
+      Moments& s = moments_[i++];
+      if (!p.grad().defined()) continue;
+      const bool quantized = quantizes_moments(p);
+      if (s.step == 0) {
+        const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(p.device());
+        if (quantized) {
+          const int64_t blocks = p.numel() / kMomentBlock;
+          for (BlockwiseCodes* q : {&s.exp_avg_q, &s.exp_avg_sq_q})
+            *q = {torch::zeros(p.sizes(), f32.dtype(torch::kUInt8)), torch::zeros({blocks}, f32)};
+        } else {
+          s.exp_avg = torch::zeros(p.sizes(), f32);
+          s.exp_avg_sq = torch::zeros(p.sizes(), f32);
+        }
+      }
+      s.step += 1;
+      const torch::Tensor step = torch::tensor(static_cast<float>(s.step));
+      const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, step);
+      const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, step);
+      // torchao's single_param_adam on one slice: the new float32 parameter, moments updated in place.
+      auto adam = [&](const torch::Tensor& p_in, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v) {
+        torch::Tensor p32 = p_in.to(torch::kFloat32);
+        const torch::Tensor g = grad.to(torch::kFloat32);
+        p32 = p32 - lr * o.weight_decay() * p32;  // decoupled decay
+        m = m.lerp(g, 1 - beta1);
+        v = v.lerp(g.square(), 1 - beta2);
+        const torch::Tensor denom = v.sqrt() / bias_correction2.sqrt() + o.eps();
+        return p32 - lr * (m / bias_correction1) / denom;  // this step's float32 moments, as torchao
+      };
+      if (!quantized) {
+        p.copy_(adam(p, p.grad(), s.exp_avg, s.exp_avg_sq));
+        continue;
+      }
+      // Block-aligned chunks: every op is elementwise or per block, so this is the whole-tensor
+      // update, with float32 / int64 temporaries bounded by the chunk (an embedding is 136 M elements).
+      TORCH_CHECK(p.is_contiguous(), "AdamW8bit: parameter ", i - 1, " is not contiguous");
+      const torch::Tensor flat = p.view({-1}), grad = p.grad().reshape({-1});  // (N)
+      const torch::Tensor m_codes = s.exp_avg_q.codes.view({-1}), v_codes = s.exp_avg_sq_q.codes.view({-1});
+      for (int64_t start = 0; start < flat.numel(); start += kStepChunk) {
+        const int64_t len = std::min(kStepChunk, flat.numel() - start);
+        const int64_t b0 = start / kMomentBlock, nb = len / kMomentBlock;
+        BlockwiseCodes mq{m_codes.slice(0, start, start + len), s.exp_avg_q.scale.slice(0, b0, b0 + nb)};
+        BlockwiseCodes vq{v_codes.slice(0, start, start + len), s.exp_avg_sq_q.scale.slice(0, b0, b0 + nb)};
+        torch::Tensor m = dequantize_blockwise(mq, qmap_signed_), v = dequantize_blockwise(vq, qmap_unsigned_);
+        const torch::Tensor p_new = adam(flat.slice(0, start, start + len), grad.slice(0, start, start + len), m, v);
+        const BlockwiseCodes m_new = quantize_blockwise(m, qmap_signed_), v_new = quantize_blockwise(v, qmap_unsigned_);
+        mq.codes.copy_(m_new.codes), mq.scale.copy_(m_new.scale);
+        vq.codes.copy_(v_new.codes), vq.scale.copy_(v_new.scale);
+        flat.slice(0, start, start + len).copy_(p_new);
+      }
+    }
+  }
+  return loss;
+}
+
+namespace {
+std::string key(size_t i, const char* what) { return "adamw8bit.p" + std::to_string(i) + "." + what; }
+}  // namespace
+
+void AdamW8bit::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("adamw8bit.num_params", torch::tensor(static_cast<int64_t>(moments_.size())));
+  for (size_t i = 0; i < moments_.size(); ++i) {
+    const Moments& s = moments_[i];
+    archive.write(key(i, "step"), torch::tensor(s.step));
+    if (s.step == 0) continue;
+    if (s.exp_avg_q.codes.defined()) {
+      archive.write(key(i, "exp_avg.codes"), s.exp_avg_q.codes);
+      archive.write(key(i, "exp_avg.scale"), s.exp_avg_q.scale);
+      archive.write(key(i, "exp_avg_sq.codes"), s.exp_avg_sq_q.codes);
+      archive.write(key(i, "exp_avg_sq.scale"), s.exp_avg_sq_q.scale);
+    } else {
+      archive.write(key(i, "exp_avg"), s.exp_avg);
+      archive.write(key(i, "exp_avg_sq"), s.exp_avg_sq);
+    }
+  }
+}
+
+void AdamW8bit::load(torch::serialize::InputArchive& archive) {
+  const std::vector<torch::Tensor> params = all_params();
+  torch::Tensor t;
+  archive.read("adamw8bit.num_params", t);
+  TORCH_CHECK(t.item<int64_t>() == static_cast<int64_t>(params.size()), "the 8-bit AdamW state holds ",
+              t.item<int64_t>(), " parameters, this model has ", params.size());
+  std::vector<Moments> loaded(params.size());
+  auto read = [&](size_t i, const char* what, torch::ScalarType dtype, at::IntArrayRef shape) {
+    torch::Tensor x;
+    archive.read(key(i, what), x);
+    TORCH_CHECK(x.scalar_type() == dtype && x.sizes() == shape, key(i, what), ": ", x.scalar_type(), " ", x.sizes(),
+                ", expected ", dtype, " ", shape);
+    TORCH_CHECK(dtype == torch::kUInt8 || torch::isfinite(x).all().item<bool>(), key(i, what), ": not finite");
+    return x.to(params[i].device());
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    Moments& s = loaded[i];
+    archive.read(key(i, "step"), t);
+    s.step = t.item<int64_t>();
+    TORCH_CHECK(s.step >= 0, key(i, "step"), ": negative");
+    if (s.step == 0) continue;
+    const auto shape = params[i].sizes();
+    if (quantizes_moments(params[i])) {
+      const int64_t blocks = params[i].numel() / kMomentBlock;
+      s.exp_avg_q = {read(i, "exp_avg.codes", torch::kUInt8, shape),
+                     read(i, "exp_avg.scale", torch::kFloat32, {blocks})};
+      s.exp_avg_sq_q = {read(i, "exp_avg_sq.codes", torch::kUInt8, shape),
+                        read(i, "exp_avg_sq.scale", torch::kFloat32, {blocks})};
+    } else {
+      s.exp_avg = read(i, "exp_avg", torch::kFloat32, shape);
+      s.exp_avg_sq = read(i, "exp_avg_sq", torch::kFloat32, shape);
+    }
+  }
+  moments_ = std::move(loaded);
+}
+
+int64_t AdamW8bit::state_bytes() const {
+  int64_t n = 0;
+  for (const Moments& s : moments_)
+    for (const torch::Tensor* x : {&s.exp_avg, &s.exp_avg_sq, &s.exp_avg_q.codes, &s.exp_avg_q.scale,
+                                   &s.exp_avg_sq_q.codes, &s.exp_avg_sq_q.scale})
+      if (x->defined()) n += x->nbytes();
+  return n;
+}
+
+int64_t AdamW8bit::quantized_tensors() const {
+  int64_t n = 0;
+  for (const torch::Tensor& p : all_params()) n += quantizes_moments(p) ? 1 : 0;
+  return n;
+}
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+// AdamW with 8-bit moments (optim.moments: 8bit): torchao's AdamW8bit, which follows bitsandbytes'
+// blockwise scheme (Dettmers et al., "8-bit Optimizers via Block-wise Quantization", 2021). Each
+// moment of a parameter is stored as one uint8 code per element into a dynamic quantisation map
+// (signed for the first moment, unsigned for the second) and one float32 absmax per block of 256
+// elements: about 2 bytes a parameter instead of AdamW's 8. The update itself runs in float32 on
+// the dequantised moments, and the parameter moves by the float32 moments of this step before they
+// are requantised (as torchao does). Tensors under 4,096 elements or not a multiple of 256 keep
+// float32 moments (torchao's and bitsandbytes' rule). Departure from torchao: the learning rate
+// is the group's double rounded to float32 each step (torchao keeps a float32 tensor).
+#pragma once
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+inline constexpr int64_t kMomentBlock = 256;         // elements per absmax
+inline constexpr int64_t kMinQuantizedNumel = 4096;  // smaller tensors keep float32 moments
+
+// bitsandbytes' create_dynamic_map(signed, max_exponent_bits 7, total_bits 8): 256 sorted float32
+// values; signed spans [-0.993, 1], unsigned [0, 1].
+torch::Tensor dynamic_map(bool is_signed);  // (256,) float32
+
+// A moment quantised blockwise: x ~= qmap[codes] * scale[block].
+struct BlockwiseCodes {
+  torch::Tensor codes;  // uint8, x's shape
+  torch::Tensor scale;  // (numel / kMomentBlock,) float32, each block's absmax (at least 1e-12)
+};
+
+// Whether a parameter's moments are quantised.
+bool quantizes_moments(const torch::Tensor& param);
+
+// Nearest map entry of x / absmax per block (ties up). x: float32, numel a multiple of kMomentBlock.
+BlockwiseCodes quantize_blockwise(const torch::Tensor& x, const torch::Tensor& qmap);
+torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor& qmap);  // float32
+
+class AdamW8bit : public torch::optim::Optimizer {
+ public:
+  AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options);
+
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  // The moments, per parameter in group order: step, then codes + scales or float32 tensors.
+  // load checks every tensor's presence, dtype and shape against this optimizer's parameters.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+  // Bytes of moment state held now (codes, scales, float32 moments).
+  int64_t state_bytes() const;
+  // How many parameter tensors get quantised moments.
+  int64_t quantized_tensors() const;
+
+ private:
+  struct Moments {
+    int64_t step = 0;
+    torch::Tensor exp_avg, exp_avg_sq;       // float32, when not quantised
+    BlockwiseCodes exp_avg_q, exp_avg_sq_q;  // when quantised
+  };
+  std::vector<torch::Tensor> all_params() const;
+
+  std::vector<Moments> moments_;  // all_params() order
+  torch::Tensor qmap_signed_, qmap_unsigned_;
+};
+
+}  // namespace tandem
