@@ -214,10 +214,4 @@ int64_t AdamW8bit::state_bytes() const {
   return n;
 }
 
-int64_t AdamW8bit::quantized_tensors() const {
-  int64_t n = 0;
-  for (const torch::Tensor& p : all_params()) n += quantizes_moments(p) ? 1 : 0;
-  return n;
-}
-
 }  // namespace tandem

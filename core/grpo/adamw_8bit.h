@@ -49,8 +49,6 @@ class AdamW8bit : public torch::optim::Optimizer {
 
   // Bytes of moment state held now (codes, scales, float32 moments).
   int64_t state_bytes() const;
-  // How many parameter tensors get quantised moments.
-  int64_t quantized_tensors() const;
 
  private:
   struct Moments {

@@ -194,18 +194,19 @@ struct Trainer::Impl {
         torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay);
     const std::vector<torch::Tensor> trained = trained_parameters();
     if (o.moments == OptimMoments::k8bit) {
-      auto opt = std::make_unique<AdamW8bit>(trained, adamw);
-      int64_t numel = 0, quantized = 0;
+      int64_t numel = 0, quantized = 0, tensors = 0;
       for (const auto& p : trained) {
         numel += p.numel();
-        if (quantizes_moments(p)) quantized += p.numel();
+        if (!quantizes_moments(p)) continue;
+        quantized += p.numel();
+        ++tensors;
       }
       spdlog::info(
           "optim.moments: 8bit: AdamW's moments as blockwise 8-bit codes (torchao's AdamW8bit) for {} of {} "
           "trained tensors ({} of {} parameters), float32 for the rest: about {:.1f} MB of state on this rank",
-          opt->quantized_tensors(), trained.size(), quantized, numel,
+          tensors, trained.size(), quantized, numel,
           (2.0 * quantized + 8.0 * quantized / kMomentBlock + 8.0 * (numel - quantized)) / 1e6);
-      optimizer = std::move(opt);
+      optimizer = std::make_unique<AdamW8bit>(trained, adamw);
     } else {
       optimizer = std::make_unique<torch::optim::AdamW>(trained, adamw);
     }
