@@ -18,6 +18,7 @@
 #include "apps/bench_util.h"
 #include "apps/commands.h"
 #include "common/error.h"
+#include "models/llama/lora.h"
 #include "models/llama/model.h"
 #include "models/llama/sampler.h"
 #include "runtime/blas_kernel.h"
@@ -89,50 +90,72 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
 
   struct Variant {
     bool share;
+    bool lora;  // adapters on (a model without adapters has only lora = false variants)
     std::vector<double> seconds;
     Timed last;
+    std::string name() const { return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : ""); }
   };
   std::vector<Variant> variants;
-  if (a.share_prompt != "auto") variants.push_back({false, {}, {}});
-  if (a.share_prompt != "off") variants.push_back({true, {}, {}});
+  for (const bool share : {false, true}) {
+    if ((a.share_prompt == "auto" && !share) || (a.share_prompt == "off" && share)) continue;
+    variants.push_back({share, false, {}, {}});
+    if (a.lora_rank > 0) variants.push_back({share, true, {}, {}});
+  }
+  const auto run_variant = [&](const Variant& v) {
+    p.share_prompts = v.share;
+    parallel::LoraModeGuard adapters(v.lora);  // off: the base model's exact forward
+    return timed_generate(model, reqs, p);
+  };
   for (int64_t r = 0; r < a.repeats; ++r) {
-    for (Variant& v : variants) {  // alternating, so the machine's drift hits both alike
-      p.share_prompts = v.share;
-      v.last = timed_generate(model, reqs, p);
+    for (Variant& v : variants) {  // alternating, so the machine's drift hits all alike
+      v.last = run_variant(v);
       v.seconds.push_back(v.last.seconds);
     }
   }
   nlohmann::json out;
   out["workload"] = {{"sequences", specs.size()},     {"groups", prompts.size()}, {"tokens", tokens},
                      {"generated_tokens", generated}, {"batch", a.batch},         {"max_live", a.max_live},
-                     {"repeats", a.repeats}};
+                     {"repeats", a.repeats},          {"lora_rank", a.lora_rank}};
   for (const Variant& v : variants) {
     const double t = median(v.seconds);
-    out[v.share ? "shared" : "unshared"] = {{"seconds", t},
-                                            {"seconds_per_repeat", v.seconds},
-                                            {"tokens_per_s", tokens / t},
-                                            {"generated_tokens_per_s", generated / t},
-                                            {"prefill_tokens", v.last.stats.prefill_tokens},
-                                            {"prefills", v.last.stats.prefills},
-                                            {"decode_steps", v.last.stats.decode_steps},
-                                            {"kv_slots", v.last.stats.kv_slots},
-                                            {"kv_rows_per_layer", v.last.stats.kv_rows},
-                                            {"most_live", v.last.stats.max_live}};
+    out[v.name()] = {{"seconds", t},
+                     {"seconds_per_repeat", v.seconds},
+                     {"tokens_per_s", tokens / t},
+                     {"generated_tokens_per_s", generated / t},
+                     {"prefill_tokens", v.last.stats.prefill_tokens},
+                     {"prefills", v.last.stats.prefills},
+                     {"decode_steps", v.last.stats.decode_steps},
+                     {"kv_slots", v.last.stats.kv_slots},
+                     {"kv_rows_per_layer", v.last.stats.kv_rows},
+                     {"most_live", v.last.stats.max_live}};
   }
   if (!a.profile_path.empty()) {  // one more run of the last variant, profiled and not timed
-    p.share_prompts = variants.back().share;
     torch::autograd::profiler::RecordProfile profile(a.profile_path);
-    models::generate(model, reqs, p);
+    run_variant(variants.back());
   }
-  if (variants.size() == 2) {
+  // Median over repeats of the per-repeat ratio of two variants' times (side by side in each repeat).
+  const auto ratio = [&](const Variant& num, const Variant& den, const std::string& key) {
     std::vector<double> ratios;
-    for (int64_t r = 0; r < a.repeats; ++r) ratios.push_back(variants[0].seconds[r] / variants[1].seconds[r]);
-    out["share_speedup"] = median(ratios);
-    out["share_speedup_per_repeat"] = ratios;
+    for (int64_t r = 0; r < a.repeats; ++r) ratios.push_back(num.seconds[r] / den.seconds[r]);
+    out[key] = median(ratios);
+    out[key + "_per_repeat"] = ratios;
+  };
+  const auto find = [&](bool share, bool lora) -> const Variant* {
+    for (const Variant& v : variants)
+      if (v.share == share && v.lora == lora) return &v;
+    return nullptr;
+  };
+  if (find(false, false) && find(true, false)) {
+    ratio(*find(false, false), *find(true, false), "share_speedup");
+    const Timed& off = find(false, false)->last;
+    const Timed& on = find(true, false)->last;
     int64_t same = 0;
-    for (size_t i = 0; i < reqs.size(); ++i) same += variants[0].last.gens[i].tokens == variants[1].last.gens[i].tokens;
+    for (size_t i = 0; i < reqs.size(); ++i) same += off.gens[i].tokens == on.gens[i].tokens;
     out["same_responses"] = same;  // of "sequences": sharing must not change what is sampled
   }
+  for (const bool share : {false, true})
+    if (find(share, true))
+      ratio(*find(share, true), *find(share, false), std::string(share ? "shared" : "unshared") + "_lora_slowdown");
   return out;
 }
 
@@ -145,6 +168,7 @@ void check_args(const BenchRolloutArgs& a) {
   positive("--max-new-tokens", a.max_new_tokens), positive("--batch", a.batch), positive("--requests", a.requests);
   positive("--max-live", a.max_live);
   positive("--repeats", a.repeats);
+  if (a.lora_rank > 0 && a.lengths_path.empty()) throw UserError("--lora-rank needs --lengths (the workload it times)");
   if (!(a.tail_sigma >= 0)) throw UserError("--tail-sigma must be >= 0");
   if (a.dtype != "float32" && a.dtype != "float64" && a.dtype != "bfloat16")
     throw UserError("--dtype must be float32, float64 or bfloat16");
@@ -173,6 +197,16 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
                                   : a.dtype == "bfloat16" ? torch::kBFloat16
                                                           : torch::kFloat32;
   model->to(dtype);
+  if (a.lora_rank > 0) {
+    models::LoraSpec spec;
+    spec.rank = a.lora_rank, spec.alpha = 2.0 * static_cast<double>(a.lora_rank);
+    spec.targets = models::lora_linear_names();
+    models::attach_lora(*model, spec, a.seed + 4);
+    // B as a trained adapter's (peft starts it at zero): the sampler does the same work either way.
+    torch::NoGradGuard no_grad;
+    for (const auto& np : model->named_parameters())
+      if (np.key().size() > 6 && np.key().substr(np.key().size() - 6) == "lora_B") np.value().normal_(0.0, 0.02);
+  }
   nlohmann::json out;
   out["threads"] = torch::get_num_threads();
   out["blas"] = blas_description();

@@ -6,7 +6,8 @@
 // model FLOPs by the usual formula, achieved GFLOP/s, the torch.mm peak at 2048^2 on the same
 // threads (measured beside every timed step) and MFU = achieved / peak. Old log-probs are
 // recomputed once before timing (so the first update's ratio is 1, as in training); the timed
-// steps are what an update costs. --profile runs one more step under the LibTorch profiler.
+// steps are what an update costs. --profile runs one more step under the LibTorch profiler. With
+// --lora-rank the base is frozen and rank-R all-linear adapters train (LoRA), the same step otherwise.
 // peak_rss_gib is the process's peak resident memory (weights, AdamW state, the step's
 // activations): what --attention and --recompute change.
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -131,7 +132,14 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   models::LogProbOptions lo;
   lo.save_logits_max_bytes = a.save_logits_mib << 20;
   lo.chunk_tokens = a.logits_chunk_tokens;
-  LlamaPolicy policy(model, lo);
+  models::LoraSpec lora;
+  if (a.lora_rank > 0) {
+    lora = {a.lora_rank, 2.0 * static_cast<double>(a.lora_rank), models::lora_linear_names()};
+    models::attach_lora(*model, lora, static_cast<uint64_t>(a.seed) + 1);
+  }
+  const auto policy_ptr = a.lora_rank > 0 ? std::make_unique<LlamaPolicy>(model, lo, lora, nlohmann::json{})
+                                          : std::make_unique<LlamaPolicy>(model, lo);
+  LlamaPolicy& policy = *policy_ptr;
   const std::vector<ArSample> samples = make_samples(specs, a.vocab, static_cast<uint64_t>(a.seed));
   std::vector<SampleCost> costs;
   for (const auto& s : samples) costs.push_back(cost_of(s));
@@ -191,7 +199,9 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   for (const auto& m : variants.front().micros) padded_micros += m.padded ? 1 : 0;
   const int64_t n_params = matmul_params(*model);
   // The FLOPs of the unshared batch: what a sharing step computes in less time.
-  const double flops = 6.0 * static_cast<double>(n_params) * static_cast<double>(tokens) +
+  // LoRA's frozen base computes no weight gradients: 4 of the 6 FLOPs per weight and token (the
+  // adapters' own are under 4% of the layers' at rank 32 and not counted).
+  const double flops = (a.lora_rank > 0 ? 4.0 : 6.0) * static_cast<double>(n_params) * static_cast<double>(tokens) +
                        12.0 * static_cast<double>(mc.num_layers * mc.hidden_size) * sum_sq;
 
   // The GEMM peak is measured before the first timed step and after every one, so each step's
@@ -257,6 +267,12 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   out["share_prompt"] = a.share_prompt;
   out["attention"] = a.attention;
   out["recompute"] = a.recompute;
+  out["lora_rank"] = a.lora_rank;
+  out["trained_params"] = [&] {
+    int64_t n = 0;
+    for (const auto& p : params) n += p.numel();
+    return n;
+  }();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   out["peak_rss_gib"] = static_cast<double>(usage.ru_maxrss) / (1 << 20);  // ru_maxrss is in KiB

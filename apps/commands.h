@@ -46,6 +46,7 @@ struct BenchRolloutArgs {
   std::string share_prompt = "compare";  // with lengths_path: off | auto | compare
   int64_t repeats = 3;
   std::string profile_path;  // with lengths_path: a Chrome trace of one more run of the last variant
+  int64_t lora_rank = 0;     // with lengths_path: > 0 times every variant with adapters off and on
 };
 int run_bench_rollout(const BenchRolloutArgs& args);
 
@@ -82,6 +83,7 @@ struct BenchTrainArgs {
   std::string recompute = "none";    // none | layers
   std::string device = "cpu";        // cpu | cuda (the first GPU)
   std::string dtype = "float32";     // float32 | bfloat16 (pure bf16 weights and AdamW state)
+  int64_t lora_rank = 0;             // > 0: all-linear adapters of this rank train, the base frozen
 };
 int run_bench_train(const BenchTrainArgs& args, int argc, char** argv);
 

@@ -240,6 +240,11 @@ int main(int argc, char** argv) {
   bench_rollout->add_option("--profile", roll.profile_path,
                             "with --lengths: one more run of the last variant under the LibTorch profiler, its trace "
                             "written here (Chrome JSON)");
+  bench_rollout
+      ->add_option("--lora-rank", roll.lora_rank,
+                   "with --lengths: rank-R all-linear adapters (alpha 2R, B drawn non-zero), each variant timed with "
+                   "them off and on, alternating (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
 
@@ -319,6 +324,10 @@ int main(int argc, char** argv) {
       ->add_option("--dtype", train_bench.dtype,
                    "float32 or bfloat16 (pure bf16 weights and optimizer state; MFU against a bf16 GEMM peak)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
+  bench_train
+      ->add_option("--lora-rank", train_bench.lora_rank,
+                   "rank-R all-linear adapters (alpha 2R) on a frozen base: only they train (0: full fine-tuning)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   bench_train->add_option(
       "--profile", train_bench.profile_path,
       "after the timed steps, run one more under the LibTorch profiler and write its trace here (Chrome JSON)");

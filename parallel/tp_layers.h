@@ -27,6 +27,25 @@ struct LoraFactors {
 torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, double scale,
                          torch::ScalarType dtype);
 
+// y + lora_delta(x, ...) in y's dtype, B's GEMM accumulating onto y (addmm); when sampling
+// (SamplingGuard, no autograd) into y itself, in place (y: a layer's fresh output, (..., out)).
+torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f);
+
+// The samplers' scope on this thread (models' generate functions): without autograd the layers
+// then take their decode paths (one GEMM per fused projection, adapters added in place), whose
+// rounding may differ from the training forward's. Every other forward, a no-grad scoring one
+// included, runs the training forward's ops, so recomputed old log-probs equal it bitwise.
+class SamplingGuard {
+ public:
+  SamplingGuard();
+  ~SamplingGuard();
+  SamplingGuard(const SamplingGuard&) = delete;
+  SamplingGuard& operator=(const SamplingGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Whether adapters apply on this thread: on by default; LoraOffGuard turns them off for its scope
 // (the KL reference and the base-only phases run the same modules without them). Thread-local, so
 // a reference forward on the overlap worker's thread leaves the sampler's adapters on.
@@ -88,7 +107,8 @@ TORCH_MODULE(ColumnParallelLinear);
 
 // Several column-parallel projections of one input (same tp group; all with a bias or none) as
 // one GEMM over their concatenated local weights, split back: (..., in) -> each (..., out_local).
-// One larger GEMM runs faster than several small ones and reads x once in the backward.
+// One larger GEMM runs faster than several small ones and reads x once in the backward. When
+// sampling (SamplingGuard) each layer runs its own GEMM instead: no weight copy per call.
 std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
                                                  const std::vector<const ColumnParallelLinearImpl*>& layers);
 

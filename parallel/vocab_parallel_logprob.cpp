@@ -20,14 +20,26 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The GEMMs run in the weights' dtype. When that is not the statistics' (bf16 weights, float32
+// logits), each chunk's logits and, on the way back, its dz pass through this (rows, V_local)
+// buffer in the weights' dtype, allocated once per call: a fresh tensor per chunk and conversion
+// took ~0.1 s per 110-row chunk of Qwen2's 152K vocabulary (its pages first touched each time,
+// 2 threads), 2.3 s of a 2,624-token LoRA step. Undefined when the dtypes agree.
+torch::Tensor low_precision_buffer(const torch::Tensor& weight, int64_t rows, torch::ScalarType stats_dtype) {
+  if (weight.scalar_type() == stats_dtype) return {};
+  return torch::empty({rows, weight.size(0)}, weight.options());  // (C, V_local)
+}
+
 // z (C, V_local) <- h (C, D) W^T in z's (statistics) dtype; the GEMM writes z itself when the
-// weights have that dtype.
-void write_logits(torch::Tensor& z, const torch::Tensor& h, const torch::Tensor& weight) {
-  if (weight.scalar_type() == z.scalar_type()) {
+// weights have that dtype, else `low` first.
+void write_logits(torch::Tensor& z, const torch::Tensor& h, const torch::Tensor& weight, const torch::Tensor& low) {
+  if (!low.defined()) {
     torch::matmul_out(z, h, weight.t());
-  } else {
-    z.copy_(torch::matmul(h, weight.t()));
+    return;
   }
+  torch::Tensor zl = low.narrow(0, 0, z.size(0));  // (C, V_local)
+  torch::matmul_out(zl, h, weight.t());
+  z.copy_(zl);
 }
 
 // Shifts z (C, V_local) by each row's max over the whole vocabulary (all-reduced over tp) and
@@ -40,16 +52,19 @@ torch::Tensor shift_by_max(torch::Tensor& z, Communicator* tp) {
 }
 
 // One chunk's dz = d loss / d logits (C, V_local) into the gradients: d_hidden_rows (C, D) <- dz W
-// and d_weight (V_local, D) += dz^T h, in the statistics dtype (w: the weights in it).
-void multiply_out(const torch::Tensor& dz, const torch::Tensor& h, const torch::Tensor& weight, const torch::Tensor& w,
-                  torch::Tensor d_hidden_rows, torch::Tensor& d_weight) {
-  const bool direct = weight.scalar_type() == dz.scalar_type();
-  if (direct) {
-    torch::matmul_out(d_hidden_rows, dz, w);  // contiguous rows of d_hidden
+// in the weights' dtype (through `low` when that is not dz's), and d_weight (V_local, D) += dz^T h
+// in the statistics dtype. An undefined d_weight is a frozen head's (LoRA): its GEMM, as large as
+// the logits', is skipped.
+void multiply_out(const torch::Tensor& dz, const torch::Tensor& h, const torch::Tensor& weight,
+                  const torch::Tensor& low, torch::Tensor d_hidden_rows, torch::Tensor& d_weight) {
+  if (!low.defined()) {
+    torch::matmul_out(d_hidden_rows, dz, weight);  // contiguous rows of d_hidden
   } else {
-    d_hidden_rows.copy_(torch::matmul(dz.to(weight.scalar_type()), weight));
+    torch::Tensor dl = low.narrow(0, 0, dz.size(0));  // (C, V_local)
+    dl.copy_(dz);
+    torch::matmul_out(d_hidden_rows, dl, weight);
   }
-  d_weight.addmm_(dz.t(), direct ? h : h.to(dz.scalar_type()));
+  if (d_weight.defined()) d_weight.addmm_(dz.t(), low.defined() ? h.to(dz.scalar_type()) : h);
 }
 
 // Local column of each target, clamped into the shard, and whether it is in the shard.
@@ -92,13 +107,14 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     torch::Tensor kept;  // (N, V_local) the shifted logits, when kept for the backward
     if (keep_logits) kept = torch::empty({n, vocab_local}, opts);
     const int64_t rows = std::min(n, chunk);
+    const torch::Tensor low = low_precision_buffer(weight, rows, dtype);                            // (C, V_local)
     torch::Tensor z_buf = keep_logits ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
     torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);                                  // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk), c = e - s;
       const torch::Tensor h = hidden.slice(0, s, e);                                // (C, D)
       torch::Tensor z = keep_logits ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
-      write_logits(z, h, weight);
+      write_logits(z, h, weight, low);
       const torch::Tensor m = shift_by_max(z, tp);  // (C) kept shifted: lse and mu below are relative to them
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       torch::Tensor ez = e_buf.narrow(0, 0, c);  // (C, V_local)
@@ -133,12 +149,12 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const variable_list none(8);
     if (!g_logp.defined() && !g_entropy.defined()) return none;
-    const bool direct = weight.scalar_type() == dtype;
-    torch::Tensor d_hidden = torch::empty_like(hidden);                                    // (N, D)
-    torch::Tensor d_weight = torch::zeros(weight.sizes(), weight.options().dtype(dtype));  // (V_local, D)
-    const torch::Tensor w = direct ? weight : weight.to(dtype);                            // (V_local, D)
+    torch::Tensor d_hidden = torch::empty_like(hidden);  // (N, D)
+    torch::Tensor d_weight;                              // (V_local, D), for a head that trains
+    if (ctx->needs_input_grad(1)) d_weight = torch::zeros(weight.sizes(), weight.options().dtype(dtype));
     const int64_t rows = std::min(n, chunk);
     const auto opts = lse.options();
+    const torch::Tensor low = low_precision_buffer(weight, rows, dtype);                               // (C, V_local)
     torch::Tensor z_buf = kept.defined() ? torch::Tensor() : torch::empty({rows, vocab_local}, opts);  // (C, V_local)
     torch::Tensor p_buf = torch::empty({rows, vocab_local}, opts);                                     // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
@@ -146,7 +162,7 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
       const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       // Kept logits are consumed in place: the backward runs once.
       torch::Tensor z = kept.defined() ? kept.slice(0, s, e) : z_buf.narrow(0, 0, c);  // (C, V_local)
-      if (!kept.defined()) write_logits(z, h, weight);
+      if (!kept.defined()) write_logits(z, h, weight, low);
       torch::Tensor dz = p_buf.narrow(0, 0, c);                       // (C, V_local)
       torch::sub_out(dz, z, lse.slice(0, s, e).unsqueeze(1)).exp_();  // p
       if (g_entropy.defined()) {
@@ -161,10 +177,11 @@ struct ChunkedVocabLogProb : torch::autograd::Function<ChunkedVocabLogProb> {
         const torch::Tensor add = g_logp.slice(0, s, e).to(dtype) * in_shard.to(dtype);  // (C)
         dz.scatter_add_(1, local.unsqueeze(1), add.unsqueeze(1));
       }
-      multiply_out(dz, h, weight, w, d_hidden.slice(0, s, e), d_weight);
+      multiply_out(dz, h, weight, low, d_hidden.slice(0, s, e), d_weight);
     }
     variable_list out = none;
-    out[0] = d_hidden, out[1] = d_weight.to(weight.scalar_type());
+    out[0] = d_hidden;
+    if (d_weight.defined()) out[1] = d_weight.to(weight.scalar_type());
     return out;
   }
 };
@@ -183,21 +200,22 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
     const torch::ScalarType dtype = logits_dtype(weight.scalar_type());
     const int64_t n = hidden.size(0), vocab_local = weight.size(0);
     const auto opts = hidden.options().dtype(dtype);
-    const bool direct = weight.scalar_type() == dtype;
     torch::Tensor logp = torch::empty({n}, opts);                                              // (N)
     torch::Tensor entropy = with_entropy ? torch::empty({n}, opts) : torch::zeros({n}, opts);  // (N)
     torch::Tensor d_hidden = torch::empty_like(hidden);                                        // (N, D)
-    torch::Tensor d_weight = torch::zeros(weight.sizes(), opts);                               // (V_local, D)
-    const torch::Tensor w = direct ? weight : weight.to(dtype);                                // (V_local, D)
-    torch::Tensor loss = torch::zeros({}, opts);                                               // ()
+    // (V_local, D): a frozen head (LoRA's) gets none. The forward runs with grad mode off, but
+    // the inputs keep their requires_grad.
+    torch::Tensor d_weight = weight.requires_grad() ? torch::zeros(weight.sizes(), opts) : torch::Tensor();
+    torch::Tensor loss = torch::zeros({}, opts);  // ()
     const int64_t rows = std::min(n, chunk);
-    torch::Tensor z_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
-    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);  // (C, V_local)
+    const torch::Tensor low = low_precision_buffer(weight, rows, dtype);  // (C, V_local)
+    torch::Tensor z_buf = torch::empty({rows, vocab_local}, opts);        // (C, V_local)
+    torch::Tensor e_buf = torch::empty({rows, vocab_local}, opts);        // (C, V_local)
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t e = std::min(n, s + chunk), c = e - s;
       const torch::Tensor h = hidden.slice(0, s, e);  // (C, D)
       torch::Tensor z = z_buf.narrow(0, 0, c);        // (C, V_local)
-      write_logits(z, h, weight);
+      write_logits(z, h, weight, low);
       shift_by_max(z, tp);
       const auto [local, in_shard] = local_targets(targets.slice(0, s, e), vocab_begin, vocab_local);
       torch::Tensor ez = e_buf.narrow(0, 0, c);  // (C, V_local)
@@ -225,10 +243,10 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
         ez.mul_((-g * inv_sum).unsqueeze(1));  // -g p
       }
       ez.scatter_add_(1, local.unsqueeze(1), (g * in_shard.to(dtype)).unsqueeze(1));
-      multiply_out(ez, h, weight, w, d_hidden.slice(0, s, e), d_weight);
+      multiply_out(ez, h, weight, low, d_hidden.slice(0, s, e), d_weight);
     }
     ctx->saved_data["d_hidden"] = d_hidden;
-    ctx->saved_data["d_weight"] = d_weight;
+    if (d_weight.defined()) ctx->saved_data["d_weight"] = d_weight;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->mark_non_differentiable({logp, entropy});
     return {loss, logp, entropy};
@@ -240,9 +258,11 @@ struct FusedHeadLoss : torch::autograd::Function<FusedHeadLoss> {
     if (!g.defined()) return out;
     const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const torch::Tensor d_hidden = ctx->saved_data["d_hidden"].toTensor();  // (N, D)
-    const torch::Tensor d_weight = ctx->saved_data["d_weight"].toTensor();  // (V_local, D)
     out[0] = d_hidden * g.to(d_hidden.scalar_type());
-    out[1] = (d_weight * g.to(d_weight.scalar_type())).to(weight_dtype);
+    if (ctx->saved_data.count("d_weight") > 0) {
+      const torch::Tensor d_weight = ctx->saved_data["d_weight"].toTensor();  // (V_local, D)
+      out[1] = (d_weight * g.to(d_weight.scalar_type())).to(weight_dtype);
+    }
     return out;
   }
 };

@@ -87,6 +87,90 @@ TEST_CASE("fused column-parallel projections equal separate linears: outputs and
   }
 }
 
+TEST_CASE(
+    "sampling runs the fused projections as one GEMM per layer with the adapters added in place: the autograd "
+    "path's outputs (float64 1e-12); a no-grad scoring forward is the autograd one bit for bit",
+    "[tp]") {
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  for (const bool bias : {false, true})
+    for (const bool lora : {false, true}) {
+      INFO("bias " << bias << " lora " << lora);
+      std::vector<parallel::ColumnParallelLinear> layers;
+      for (int64_t out : {7, 3, 5}) layers.emplace_back(6, out, bias, parallel::ParallelContext{});
+      for (size_t i = 0; i < layers.size(); ++i) {
+        auto& l = layers[i];
+        l->to(torch::kFloat64);
+        torch::NoGradGuard g;
+        l->weight.normal_(0, 1, gen);
+        if (bias) l->bias.normal_(0, 1, gen);
+        if (lora && i != 1)  // the middle layer without an adapter
+          l->attach_lora(torch::randn({2, 6}, gen, torch::kFloat64),
+                         torch::randn({l->weight.size(0), 2}, gen, torch::kFloat64), 1.5);
+      }
+      const torch::Tensor x = torch::randn({2, 4, 6}, gen, torch::kFloat64);  // (B, T, in)
+      const std::vector<const parallel::ColumnParallelLinearImpl*> ptrs = {layers[0].get(), layers[1].get(),
+                                                                           layers[2].get()};
+      const std::vector<torch::Tensor> with_grad = parallel::fused_column_parallel(x, ptrs);
+      std::vector<torch::Tensor> without, off, single, scoring;
+      {
+        torch::NoGradGuard no_grad;
+        // A no-grad forward outside the sampler is the training forward's, to the bit (old log-probs).
+        scoring = parallel::fused_column_parallel(x, ptrs);
+        parallel::SamplingGuard sampling;
+        without = parallel::fused_column_parallel(x, ptrs);
+        for (auto& l : layers) single.push_back(l(x));  // each layer's forward: its own in-place add
+        parallel::LoraOffGuard adapters_off;
+        off = parallel::fused_column_parallel(x, ptrs);
+      }
+      for (size_t i = 0; i < layers.size(); ++i) {
+        INFO("layer " << i);
+        const auto& l = layers[i];
+        torch::Tensor want = torch::linear(x, l->weight, l->bias);  // (B, T, out_i)
+        const torch::Tensor base = want;
+        if (l->lora().defined()) want = want + 1.5 * torch::matmul(torch::matmul(x, l->lora().a.t()), l->lora().b.t());
+        CHECK(without[i].sizes() == want.sizes());
+        CHECK(test::rel_to_max(with_grad[i].detach(), want) < 1e-12);
+        CHECK(test::rel_to_max(without[i], want) < 1e-12);
+        CHECK(test::rel_to_max(single[i], want) < 1e-12);
+        CHECK(test::rel_to_max(off[i], base) < 1e-12);
+        CHECK(torch::equal(scoring[i], with_grad[i].detach()));
+        // Control: an adapter's term is far above the tolerance, so leaving it out would fail.
+        if (l->lora().defined()) CHECK(test::rel_to_max(base, want) > 1e-2);
+      }
+    }
+}
+
+TEST_CASE(
+    "a frozen lm head (LoRA's) gets no weight gradient and the trained head's hidden gradient, bit for bit: "
+    "chunked log-probs and the fused loss",
+    "[tp]") {
+  at::Generator gen = at::detail::createCPUGenerator(17);
+  const int64_t n = 11, d = 8, v = 29;
+  const torch::Tensor h0 = torch::randn({n, d}, gen, torch::kFloat64);
+  const torch::Tensor w0 = torch::randn({v, d}, gen, torch::kFloat64);
+  const torch::Tensor targets = torch::randint(v, {n}, gen, torch::kInt64);
+  const torch::Tensor gl = torch::randn({n}, gen, torch::kFloat64);
+  for (const bool fused : {false, true}) {
+    const auto hidden_grad = [&](bool head_trains) {
+      const torch::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(head_trains);
+      parallel::TokenLogProbOptions o{true, 4};
+      if (fused)
+        o.token_loss = [&](const torch::Tensor& index, const torch::Tensor& logp, const torch::Tensor&) {
+          const torch::Tensor g = gl.index_select(0, index);  // (C)
+          return parallel::TokenLossChunk{(logp * g).sum(), g, torch::Tensor()};
+        };
+      const parallel::TokenLogProbs r = parallel::vocab_parallel_log_probs(h, w, targets, 0, nullptr, o);
+      (fused ? r.loss : (r.logp * gl).sum()).backward();
+      CHECK(w.grad().defined() == head_trains);
+      return h.grad();
+    };
+    INFO("fused " << fused);
+    const torch::Tensor trained = hidden_grad(true), frozen = hidden_grad(false);
+    CHECK(torch::equal(frozen, trained));
+    CHECK(frozen.abs().max().item<double>() > 0.1);
+  }
+}
+
 TEST_CASE("chunked vocab log-probs equal plain autograd: values and gradients (float64 1e-12)", "[tp]") {
   // Errors relative to the largest magnitude of the reference tensor.
   at::Generator gen = at::detail::createCPUGenerator(11);

@@ -48,8 +48,7 @@ std::string leaf(const std::string& path) {
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::LinearImpl::forward(x);  // (..., out)
-  if (lora_.defined() && parallel::lora_active())
-    y = y + parallel::lora_delta(x, lora_.a, lora_.b, lora_.scale, y.scalar_type());
+  if (lora_.defined() && parallel::lora_active()) y = parallel::add_lora(y, x, {lora_.a, lora_.b, lora_.scale});
   return y;
 }
 

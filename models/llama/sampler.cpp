@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "models/llama/model.h"
 #include "models/llama/next_token.h"
+#include "parallel/tp_layers.h"
 
 namespace tandem::models {
 
@@ -233,6 +234,7 @@ std::vector<Generation> generate(LlamaForCausalLMImpl& model, const std::vector<
   validate_generation(requests, params, model.config().vocab_size, model.config().max_seq_len, "sampler",
                       "max_seq_len");
   torch::NoGradGuard no_grad;
+  parallel::SamplingGuard sampling;  // the layers' decode paths (parallel/tp_layers.h)
   GenerationStats local;
   Batcher batcher(model, requests, params);
   return batcher.run(stats != nullptr ? *stats : local);

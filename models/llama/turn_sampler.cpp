@@ -14,6 +14,7 @@
 #include "models/llama/kv_cache.h"
 #include "models/llama/model.h"
 #include "models/llama/next_token.h"
+#include "parallel/tp_layers.h"
 
 namespace tandem::models {
 
@@ -202,6 +203,7 @@ void TurnSampler::end_turn(size_t i) {
 
 std::vector<TurnResult> TurnSampler::step() {
   torch::NoGradGuard no_grad;
+  parallel::SamplingGuard sampling;  // the layers' decode paths (parallel/tp_layers.h)
   admit();
   decode();
   std::vector<TurnResult> out = std::move(ended_);

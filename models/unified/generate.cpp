@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "models/llama/next_token.h"
+#include "parallel/tp_layers.h"
 
 namespace tandem::models {
 
@@ -25,6 +26,7 @@ std::vector<Generation> generate_unified(UnifiedModelImpl& model, const std::vec
   const UnifiedConfig& c = model.config();
   validate_generation(requests, p, c.vocab_size, c.max_text_len, "unified sampler", "max_text_len");
   torch::NoGradGuard no_grad;
+  parallel::SamplingGuard sampling;  // the layers' decode paths (parallel/tp_layers.h)
   std::vector<Generation> out(requests.size());
   for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(p.max_batch)) {
     std::vector<Live> live;

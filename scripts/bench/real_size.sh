@@ -78,6 +78,7 @@ print(json.dumps({
     "peak_gpu_gib_per_rank": [float(x) for x in gpu.group(1).split()] if gpu else None,
     "optimizer_state_mb": round(os.path.getsize(opt[-1]) / 1e6, 1) if opt else None,
     "wall_s": wall,
+    "phases_s": {k: round(mean(k), 2) for k in sorted({k for r in rows for k in r if "time/" in k})},
 }))
 EOF
 done
