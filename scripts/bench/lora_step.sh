@@ -23,14 +23,15 @@ model=${TANDEM_REAL_MODEL:-build/_deps/qwen2_0p5b_random}
 lengths=$(mktemp); trap 'rm -f "$lengths"' EXIT
 for g in 0 1 2 3; do for s in 0 1 2 3; do echo "$g 100 64"; done; done >"$lengths"
 shape=(--layers 24 --heads 14 --kv-heads 2 --vocab 151936)
-echo "ablate: $("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "${RUNS:-2}" \
+ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "${RUNS:-2}" \
   --steps "${STEPS:-3}" --warmup-steps "${WARMUP:-1}" \
   --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
   --set run.device=cpu --set parallel.backend=mpi --set run.dtype=bfloat16 --set optim.warmup_steps=0 \
-  --set run.save_every=1000 --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
+  --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
   --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
-  --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")"
+  --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")
+echo "ablate: $ablate"
 echo "rollout: $("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
   --lengths "$lengths" --share-prompt auto --batch 16 --max-live 16 --repeats 3 --threads 2 \
   --dtype bfloat16 --lora-rank 32)"
