@@ -32,10 +32,12 @@ ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
   --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")
 echo "ablate: $ablate"
-echo "rollout: $("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
+rollout=$("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
   --lengths "$lengths" --share-prompt auto --batch 16 --max-live 16 --repeats 3 --threads 2 \
-  --dtype bfloat16 --lora-rank 32)"
+  --dtype bfloat16 --lora-rank 32)
+echo "rollout: $rollout"
 for rank in 0 32; do
-  echo "train lora_rank $rank: $("$tandem" bench train --hidden 896 --ffn 4864 "${shape[@]}" --lengths "$lengths" \
-    --threads 2 --dtype bfloat16 --steps 2 --warmup 1 --lora-rank "$rank")"
+  train=$("$tandem" bench train --hidden 896 --ffn 4864 "${shape[@]}" --lengths "$lengths" \
+    --threads 2 --dtype bfloat16 --steps 2 --warmup 1 --lora-rank "$rank")
+  echo "train lora_rank $rank: $train"
 done
