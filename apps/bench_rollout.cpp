@@ -198,14 +198,11 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
                                                           : torch::kFloat32;
   model->to(dtype);
   if (a.lora_rank > 0) {
-    models::LoraSpec spec;
-    spec.rank = a.lora_rank, spec.alpha = 2.0 * static_cast<double>(a.lora_rank);
-    spec.targets = models::lora_linear_names();
-    models::attach_lora(*model, spec, a.seed + 4);
+    models::attach_lora(*model, bench_lora_spec(a.lora_rank), a.seed + 4);
     // B as a trained adapter's (peft starts it at zero): the sampler does the same work either way.
     torch::NoGradGuard no_grad;
-    for (const auto& np : model->named_parameters())
-      if (np.key().size() > 6 && np.key().substr(np.key().size() - 6) == "lora_B") np.value().normal_(0.0, 0.02);
+    const std::vector<torch::Tensor> factors = models::lora_parameters(*model);  // A, B of each layer
+    for (size_t i = 1; i < factors.size(); i += 2) factors[i].normal_(0.0, 0.02);
   }
   nlohmann::json out;
   out["threads"] = torch::get_num_threads();

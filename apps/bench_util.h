@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/llama/lora.h"
 #include "runtime/blas_kernel.h"
 
 namespace tandem::app {
@@ -26,6 +27,12 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// The adapters `bench rollout` and `bench train` time with --lora-rank R: rank R on every linear
+// layer with alpha 2R, the guidance of the peers' LoRA-for-RL recipes.
+inline models::LoraSpec bench_lora_spec(int64_t rank) {
+  return {rank, 2.0 * static_cast<double>(rank), models::lora_linear_names()};
 }
 
 }  // namespace tandem::app

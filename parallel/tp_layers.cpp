@@ -129,12 +129,9 @@ torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactor
 }
 
 bool lora_active() { return t_lora_active; }
-SamplingGuard::SamplingGuard() : previous_(t_sampling) { t_sampling = true; }
-SamplingGuard::~SamplingGuard() { t_sampling = previous_; }
-LoraOffGuard::LoraOffGuard() : previous_(t_lora_active) { t_lora_active = false; }
-LoraOffGuard::~LoraOffGuard() { t_lora_active = previous_; }
-LoraModeGuard::LoraModeGuard(bool active) : previous_(t_lora_active) { t_lora_active = active; }
-LoraModeGuard::~LoraModeGuard() { t_lora_active = previous_; }
+SamplingGuard::SamplingGuard() : ScopedThreadFlag(t_sampling, true) {}
+LoraOffGuard::LoraOffGuard() : ScopedThreadFlag(t_lora_active, false) {}
+LoraModeGuard::LoraModeGuard(bool active) : ScopedThreadFlag(t_lora_active, active) {}
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp) {
   if (tp == nullptr || tp->size() == 1) return x;

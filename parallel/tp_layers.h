@@ -31,45 +31,43 @@ torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const t
 // (SamplingGuard, no autograd) into y itself, in place (y: a layer's fresh output, (..., out)).
 torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f);
 
+// Sets one of this file's thread-local switches for a scope and restores it on exit; the guards
+// below name the switch.
+class ScopedThreadFlag {
+ public:
+  ScopedThreadFlag(const ScopedThreadFlag&) = delete;
+  ScopedThreadFlag& operator=(const ScopedThreadFlag&) = delete;
+
+ protected:
+  ScopedThreadFlag(bool& flag, bool value) : flag_(flag), previous_(flag) { flag_ = value; }
+  ~ScopedThreadFlag() { flag_ = previous_; }
+
+ private:
+  bool& flag_;
+  bool previous_;
+};
+
 // The samplers' scope on this thread (models' generate functions): without autograd the layers
 // then take their decode paths (one GEMM per fused projection, adapters added in place), whose
 // rounding may differ from the training forward's. Every other forward, a no-grad scoring one
 // included, runs the training forward's ops, so recomputed old log-probs equal it bitwise.
-class SamplingGuard {
+class SamplingGuard : ScopedThreadFlag {
  public:
   SamplingGuard();
-  ~SamplingGuard();
-  SamplingGuard(const SamplingGuard&) = delete;
-  SamplingGuard& operator=(const SamplingGuard&) = delete;
-
- private:
-  bool previous_;
 };
 
 // Whether adapters apply on this thread: on by default; LoraOffGuard turns them off for its scope
 // (the KL reference and the base-only phases run the same modules without them). Thread-local, so
 // a reference forward on the overlap worker's thread leaves the sampler's adapters on.
 bool lora_active();
-class LoraOffGuard {
+class LoraOffGuard : ScopedThreadFlag {
  public:
   LoraOffGuard();
-  ~LoraOffGuard();
-  LoraOffGuard(const LoraOffGuard&) = delete;
-  LoraOffGuard& operator=(const LoraOffGuard&) = delete;
-
- private:
-  bool previous_;
 };
 // Sets the thread's switch for a scope, as it was when a recomputed layer first ran.
-class LoraModeGuard {
+class LoraModeGuard : ScopedThreadFlag {
  public:
   explicit LoraModeGuard(bool active);
-  ~LoraModeGuard();
-  LoraModeGuard(const LoraModeGuard&) = delete;
-  LoraModeGuard& operator=(const LoraModeGuard&) = delete;
-
- private:
-  bool previous_;
 };
 
 // f: identity forward; the gradient is summed over tp backward. Enters a tp region whose

@@ -127,13 +127,22 @@ TEST_CASE(
     const models::LoraSpec spec = spec_of(targets);
     models::LlamaForCausalLM m = adapted_model(torch::kFloat64, spec);
     models::LlamaForCausalLM ref = merged_by_hand(m, spec.scale());
-    // With autograd on (training's path: the adapters' terms as autograd ops) and off (sampling's:
-    // added into each layer's output in place).
+    // Three paths: autograd on (training's), off (the old log-prob pass's scoring forward, which
+    // must be training's to the bit: DESIGN.md's first ratio of exactly 1) and off inside the
+    // sampler (each projection its own GEMM, B's product added into the column and row layers'
+    // outputs in place).
     const torch::Tensor with_grad = m->logits(batch().packed).detach();
     torch::NoGradGuard no_grad;
     const torch::Tensor got = m->logits(batch().packed), want = ref->logits(batch().packed);
+    torch::Tensor sampled;
+    {
+      parallel::SamplingGuard sampling;
+      sampled = m->logits(batch().packed);
+    }
     CHECK(test::rel_to_max(got, want) < 1e-12);
     CHECK(test::rel_to_max(with_grad, want) < 1e-12);
+    CHECK(test::rel_to_max(sampled, want) < 1e-12);
+    CHECK(torch::equal(got, with_grad));
     CHECK(test::rel_to_max(m->logits(batch().padded), ref->logits(batch().padded)) < 1e-12);
     // Control: without the adapters the model is further from the reference than the tolerance.
     parallel::LoraOffGuard off;

@@ -75,6 +75,13 @@ TEST_CASE("a LoRA DiT computes W x + s B A x: the plain DiT with W + s B A in it
   const torch::Tensor v = dit->forward(in.x, in.sigma, in.labels);      // (B, C, H, W)
   const torch::Tensor ref = plain->forward(in.x, in.sigma, in.labels);  // (B, C, H, W)
   CHECK((v - ref).abs().max().item<double>() < 1e-12);
+  {
+    // Inside a sampler B's product accumulates into the layer's output in place (the unified
+    // model's generate runs its LoraLinear layers so).
+    torch::NoGradGuard no_grad;
+    parallel::SamplingGuard sampling;
+    CHECK((dit->forward(in.x, in.sigma, in.labels) - ref).abs().max().item<double>() < 1e-12);
+  }
   // Control: the adapters move the output (the check above would see a forward that skipped them).
   const torch::Tensor base = base_copy(dit)->forward(in.x, in.sigma, in.labels);
   CHECK((v - base).abs().max().item<double>() > 1e-3);

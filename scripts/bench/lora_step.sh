@@ -10,7 +10,9 @@
 # fine-tuning's is its inverse. Then, for where the time goes, the sampler with the adapters off and
 # on (`bench rollout --lora-rank`, the same 16 sequences of 100 + 64 tokens) and one training step
 # of each (`bench train --lora-rank`, pure bf16, untied head). A benchmark, not a test (~15 min on
-# 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
+# 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
+# from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad
+# pass they share; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"
@@ -30,6 +32,7 @@ ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "
   --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
   --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
+  --set tracks.ar.algo.old_logp="${OLD_LOGP:-recompute}" \
   --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")
 echo "ablate: $ablate"
 rollout=$("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
