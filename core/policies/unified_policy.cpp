@@ -110,9 +110,7 @@ std::vector<models::Generation> UnifiedTextPolicy::generate(const std::vector<mo
 void UnifiedTextPolicy::save(const std::string& dir, bool write) {
   if (!write) return;
   if (!lora_) return save_base(dir, write);
-  nlohmann::json extra{{"task_type", "CAUSAL_LM"}};
-  for (const auto& [k, v] : adapter_info_.items()) extra[k] = v;
-  models::write_peft_adapter(dir, *lora_, models::lora_state(*model_), extra);
+  models::write_peft_adapter(dir, *lora_, models::lora_state(*model_), models::causal_lm_adapter_info(adapter_info_));
 }
 
 void UnifiedTextPolicy::load(const std::string& dir) {

@@ -71,15 +71,17 @@ BuiltTextPolicy load_lora_checkpoint(const std::string& dir, const Config& confi
   const std::string adapter = dir + "/" + kAdapterDir;
   if (base_dir) *base_dir = base;
   nlohmann::json info{{"base_model_name_or_path", ar.model.hf_dir ? nlohmann::json(*ar.model.hf_dir) : nullptr}};
-  if (ar.model.arch == ArArch::kUnified) {
-    models::UnifiedModel model = models::load_unified(base, dtype);
+  const auto adapt = [&](auto& model) {
     models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
     models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
+  };
+  if (ar.model.arch == ArArch::kUnified) {
+    models::UnifiedModel model = models::load_unified(base, dtype);
+    adapt(model);
     return {std::make_unique<UnifiedTextPolicy>(model, spec, info), model};
   }
   models::LlamaForCausalLM model = models::load_llama(base, {}, dtype);
-  models::attach_lora(*model, spec, 0);  // the factors are the checkpoint's
-  models::load_lora_state(*model, models::read_peft_weights(adapter), adapter);
+  adapt(model);
   return {std::make_unique<LlamaPolicy>(model, models::LogProbOptions{}, spec, info), models::UnifiedModel{nullptr}};
 }
 

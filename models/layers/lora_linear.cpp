@@ -161,6 +161,12 @@ void write_peft_adapter(const std::string& dir, const LoraSpec& spec, const std:
   detail::write_text_atomically(dir + "/" + kAdapterConfig, c.dump(2) + "\n");
 }
 
+nlohmann::json causal_lm_adapter_info(const nlohmann::json& extra) {
+  nlohmann::json info{{"task_type", "CAUSAL_LM"}};
+  for (const auto& [k, v] : extra.items()) info[k] = v;
+  return info;
+}
+
 std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir) {
   const std::string file = dir + "/" + kAdapterWeights;
   if (!std::filesystem::is_regular_file(file))

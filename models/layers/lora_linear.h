@@ -67,6 +67,9 @@ inline constexpr const char* kAdapterConfig = "adapter_config.json";
 inline constexpr const char* kAdapterWeights = "adapter_model.safetensors";
 void write_peft_adapter(const std::string& dir, const LoraSpec& spec, const std::map<std::string, torch::Tensor>& state,
                         const nlohmann::json& extra = nlohmann::json::object());
+// adapter_config.json's extra keys for a causal language model's adapters: peft's task_type
+// CAUSAL_LM, then `extra`'s keys.
+nlohmann::json causal_lm_adapter_info(const nlohmann::json& extra);
 // dir/adapter_model.safetensors; UserError naming it when missing.
 std::map<std::string, torch::Tensor> read_peft_weights(const std::string& dir);
 

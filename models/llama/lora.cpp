@@ -167,9 +167,7 @@ void save_peft_adapter(LlamaForCausalLMImpl& model, const LoraSpec& spec, const 
                        const nlohmann::json& extra) {
   const std::map<std::string, torch::Tensor> state = gather_lora_state(model);
   if (!writer) return;
-  nlohmann::json e{{"task_type", "CAUSAL_LM"}};
-  for (const auto& [k, v] : extra.items()) e[k] = v;
-  write_peft_adapter(dir, spec, state, e);
+  write_peft_adapter(dir, spec, state, causal_lm_adapter_info(extra));
 }
 
 LoraSpec read_peft_config(const std::string& dir) {
