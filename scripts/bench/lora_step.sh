@@ -12,7 +12,8 @@
 # of each (`bench train --lora-rank`, pure bf16, untied head). A benchmark, not a test (~15 min on
 # 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
 # from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad
-# pass they share; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
+# pass they share; PROMPTS=8 doubles the batch to 8 prompts x 4 samples (the ablate only);
+# ABLATE_ONLY=1 stops after the ablate; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"
@@ -29,12 +30,13 @@ ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "
   --steps "${STEPS:-3}" --warmup-steps "${WARMUP:-1}" \
   --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
   --set run.device=cpu --set parallel.backend=mpi --set run.dtype=bfloat16 --set optim.warmup_steps=0 \
-  --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
+  --set tracks.ar.rollout.prompts_per_step="${PROMPTS:-4}" --set tracks.ar.rollout.group_size=4 \
   --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
   --set tracks.ar.algo.old_logp="${OLD_LOGP:-recompute}" \
   --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")
 echo "ablate: $ablate"
+[ "${ABLATE_ONLY:-0}" = 1 ] && exit 0
 rollout=$("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
   --lengths "$lengths" --share-prompt auto --batch 16 --max-live 16 --repeats 3 --threads 2 \
   --dtype bfloat16 --lora-rank 32)
