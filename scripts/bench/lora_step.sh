@@ -13,7 +13,7 @@
 # 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
 # from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad
 # pass they share; PROMPTS=8 doubles the batch to 8 prompts x 4 samples (the ablate only);
-# ABLATE_ONLY=1 stops after the ablate; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
+# ABLATE_ONLY=1 (exactly 1) stops after the ablate; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"
