@@ -11,7 +11,7 @@ namespace {
 
 std::string problem_of(const std::string& line, bool is_reset) {
   int64_t id = 0;
-  json parsed;
+  nlohmann::ordered_json parsed;
   std::string problem;
   EnvAnswer a;
   if (!answer_id(line, id, parsed, problem)) return problem;
@@ -74,4 +74,30 @@ TEST_CASE("protocol answers are read strictly", "[env][protocol]") {
   CHECK(problem == "hello: \"max_turns\" must be an integer in [1, 1000]");
   CHECK_FALSE(read_hello(json{{"max_turns", 2}}, h, problem));
   CHECK(problem == "hello: \"name\" must be a non-empty string");
+}
+
+TEST_CASE(
+    "an environment's hello and messages keep their keys' order: its tool schema reaches the chat template as "
+    "written, as apply_chat_template renders it",
+    "[env][protocol]") {
+  // "type" before "function", "name" before "description": not the sorted order, which a sorted
+  // copy would render into the system prompt ("function" first).
+  const std::string tool = R"({"type": "function", "function": {"name": "calc", "description": "d"}})";
+  const std::string line = R"({"id": 0, "name": "calculator", "max_turns": 2, "tools": [)" + tool + "]}";
+  int64_t id = -1;
+  nlohmann::ordered_json parsed;
+  std::string problem;
+  REQUIRE(answer_id(line, id, parsed, problem));
+  EnvHello h;
+  REQUIRE(read_hello(parsed, h, problem));
+  CHECK(h.tools.size() == 1);
+  CHECK(h.tools[0].dump() == nlohmann::ordered_json::parse(tool).dump());
+  // Control: the same schema read without order starts with "function".
+  CHECK(json::parse(tool).dump().rfind(R"({"function")", 0) == 0);
+  const std::string step = R"({"id": 1, "messages": [{"role": "tool", "content": "7", "name": "calc"}], )"
+                           R"("reward": 0, "done": false})";
+  REQUIRE(answer_id(step, id, parsed, problem));
+  EnvAnswer a;
+  REQUIRE(read_answer(parsed, false, a, problem));
+  CHECK(a.messages.dump() == R"([{"role":"tool","content":"7","name":"calc"}])");
 }

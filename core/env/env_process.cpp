@@ -55,7 +55,7 @@ EnvHello EnvProcess::start_and_greet() {
       const std::string line = out_buffer_.substr(0, nl);
       out_buffer_.erase(0, nl + 1);
       int64_t got = -1;
-      nlohmann::json parsed;
+      nlohmann::ordered_json parsed;
       std::string problem;
       EnvHello hello;
       if (!answer_id(line, got, parsed, problem) || got != id ||
@@ -207,7 +207,7 @@ void EnvProcess::take_lines() {
     out_buffer_.erase(0, nl + 1);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     int64_t id = -1;
-    nlohmann::json parsed;
+    nlohmann::ordered_json parsed;
     std::string problem;
     if (!answer_id(line, id, parsed, problem))
       return fail_all("answered '" + runtime::one_line(line) + "': " + problem);

@@ -23,7 +23,7 @@ bool fail(std::string& problem, std::string what) {
 
 // Every message is an object with a string "role" and a string "content" (other keys pass through
 // to the chat template untouched).
-bool read_messages(const nlohmann::json& answer, ojson& out, std::string& problem) {
+bool read_messages(const ojson& answer, ojson& out, std::string& problem) {
   const auto it = answer.find("messages");
   if (it == answer.end() || it->is_null()) {
     out = ojson::array();
@@ -37,8 +37,7 @@ bool read_messages(const nlohmann::json& answer, ojson& out, std::string& proble
       return fail(problem,
                   "messages[" + std::to_string(i) + "] must be an object with string \"role\" and \"content\"");
   }
-  // Re-parse into ordered_json so keys keep the environment's order (what a Python dict shows).
-  out = ojson::parse(it->dump());
+  out = *it;  // keys in the environment's order (what a Python dict shows)
   return true;
 }
 
@@ -78,8 +77,8 @@ std::string close_request(int64_t id, const std::string& episode) {
   return line_of(ojson{{"type", "close"}, {"id", id}, {"episode", episode}});
 }
 
-bool answer_id(const std::string& line, int64_t& id, nlohmann::json& parsed, std::string& problem) {
-  parsed = nlohmann::json::parse(line, nullptr, false);
+bool answer_id(const std::string& line, int64_t& id, ojson& parsed, std::string& problem) {
+  parsed = ojson::parse(line, nullptr, false);
   if (parsed.is_discarded()) {
     const bool non_finite = line.find("NaN") != std::string::npos || line.find("Infinity") != std::string::npos;
     return fail(problem, non_finite ? "not JSON (NaN and Infinity are not JSON numbers)" : "not JSON");
@@ -92,7 +91,7 @@ bool answer_id(const std::string& line, int64_t& id, nlohmann::json& parsed, std
   return true;
 }
 
-bool read_hello(const nlohmann::json& answer, EnvHello& hello, std::string& problem) {
+bool read_hello(const ojson& answer, EnvHello& hello, std::string& problem) {
   const auto name = answer.find("name");
   if (name == answer.end() || !name->is_string() || name->get<std::string>().empty())
     return fail(problem, "hello: \"name\" must be a non-empty string");
@@ -102,7 +101,7 @@ bool read_hello(const nlohmann::json& answer, EnvHello& hello, std::string& prob
     if (!tools->is_array()) return fail(problem, "hello: \"tools\" must be a list of JSON schemas");
     for (const auto& t : *tools)
       if (!t.is_object()) return fail(problem, "hello: every entry of \"tools\" must be a JSON object (a schema)");
-    hello.tools = ojson::parse(tools->dump());
+    hello.tools = *tools;
   }
   const auto turns = answer.find("max_turns");
   if (turns == answer.end() || !turns->is_number_integer() || turns->get<int64_t>() < 1 || turns->get<int64_t>() > 1000)
@@ -120,7 +119,7 @@ bool read_hello(const nlohmann::json& answer, EnvHello& hello, std::string& prob
   return true;
 }
 
-bool read_answer(const nlohmann::json& answer, bool is_reset, EnvAnswer& out, std::string& problem) {
+bool read_answer(const ojson& answer, bool is_reset, EnvAnswer& out, std::string& problem) {
   out = EnvAnswer{};
   if (const auto err = answer.find("error"); err != answer.end() && !err->is_null()) {
     if (!err->is_string()) return fail(problem, "\"error\" must be a string");

@@ -58,10 +58,13 @@ std::string close_request(int64_t id, const std::string& episode);
 // Reading answers. `line` is one line without its newline. Each returns false and sets `problem`
 // (what is wrong and what was expected) for a malformed answer.
 // The request id an answer echoes; false when the line is not a JSON object with an integer "id".
-bool answer_id(const std::string& line, int64_t& id, nlohmann::json& parsed, std::string& problem);
-bool read_hello(const nlohmann::json& answer, EnvHello& hello, std::string& problem);
+// Answers are read keeping their keys' order: a tool schema reaches the chat template as the
+// environment wrote it, as transformers' apply_chat_template renders it (a sorted copy would put
+// "function" before "type" in the system prompt).
+bool answer_id(const std::string& line, int64_t& id, nlohmann::ordered_json& parsed, std::string& problem);
+bool read_hello(const nlohmann::ordered_json& answer, EnvHello& hello, std::string& problem);
 // `is_reset`: a reset answer has messages only (reward and done are refused: nothing happened yet).
-bool read_answer(const nlohmann::json& answer, bool is_reset, EnvAnswer& out, std::string& problem);
+bool read_answer(const nlohmann::ordered_json& answer, bool is_reset, EnvAnswer& out, std::string& problem);
 
 // Parsing the other way round (an environment written in C++, `tandem env NAME`): a request line
 // into its type and fields. Throws UserError for a malformed request.

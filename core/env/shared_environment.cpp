@@ -54,7 +54,8 @@ SharedEnvironment::SharedEnvironment(std::unique_ptr<Environment> inner, std::ve
     throw std::logic_error("SharedEnvironment: the environment must live on the leader only");
   const std::string hello = share(inner_ ? hello_answer(0, inner_->hello()) : "");
   std::string problem;
-  if (!read_hello(nlohmann::json::parse(hello), hello_, problem)) throw UserError("environment hello: " + problem);
+  if (!read_hello(nlohmann::ordered_json::parse(hello), hello_, problem))
+    throw UserError("environment hello: " + problem);
 }
 
 std::string SharedEnvironment::share(std::string text) {
