@@ -2,6 +2,7 @@
 // read strictly, each malformed form named.
 #include <catch2/catch.hpp>
 
+#include "common/error.h"
 #include "core/env/protocol.h"
 
 using namespace tandem::env;
@@ -100,4 +101,38 @@ TEST_CASE(
   EnvAnswer a;
   REQUIRE(read_answer(parsed, false, a, problem));
   CHECK(a.messages.dump() == R"([{"role":"tool","content":"7","name":"calc"}])");
+}
+
+TEST_CASE("a request keeps its tool call's arguments in the model's order, and a malformed one is named",
+          "[env][protocol]") {
+  // "b" before "a": what a C++ environment (`tandem env NAME`) gets is what the model wrote.
+  const std::string step = R"({"type": "step", "id": 2, "episode": "e", "text": "t", )"
+                           R"("tool_calls": [{"name": "f", "arguments": {"b": 1, "a": 2}}], "finish": "length"})";
+  const Request r = parse_request(step);
+  REQUIRE(r.step.tool_calls.size() == 1);
+  CHECK(r.step.tool_calls[0].arguments.dump() == R"({"b":1,"a":2})");
+  CHECK(r.step.end == TurnEnd::kLength);
+  CHECK_FALSE(r.step.parse_error.has_value());
+  // Control: an unordered parse of the same arguments puts "a" first.
+  CHECK(json::parse(R"({"b": 1, "a": 2})").dump() == R"({"a":2,"b":1})");
+
+  const auto problem = [](const std::string& line) -> std::string {
+    try {
+      parse_request(line);
+    } catch (const tandem::UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string head = R"({"type": "step", "id": 3, "episode": "e", "text": "t", )";
+  CHECK(problem(head + R"("finish": "eos"})") == "env request: step's \"finish\" is eos (stop, stop_string or length)");
+  CHECK(problem(head + R"("tool_calls": {"name": "f"}})") == "env request: step's \"tool_calls\" must be a list");
+  CHECK(problem(head + R"("tool_calls": ["f"]})") ==
+        "env request: tool_calls[0] must be an object with a string \"name\"");
+  CHECK(problem(head + R"("tool_calls": [{"name": "f", "arguments": "x"}]})") ==
+        "env request: tool_calls[0] \"arguments\" must be a JSON object");
+  CHECK(problem(head + R"("parse_error": 7})") == "env request: step's \"parse_error\" must be a string or null");
+  CHECK(problem(R"({"type": "reset", "id": 1, "episode": "e", "row": [1], "seed": 4})") ==
+        "env request: reset's \"row\" must be a JSON object");
+  CHECK(problem(head + R"("parse_error": null})").empty());
 }

@@ -146,7 +146,9 @@ bool read_answer(const ojson& answer, bool is_reset, EnvAnswer& out, std::string
 }
 
 Request parse_request(const std::string& line) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  // Ordered, as answers are read: a tool call's arguments reach the environment in the order the
+  // model wrote them (a sorted parse would reorder them).
+  const ojson j = ojson::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw UserError("env request: not a JSON object: " + line.substr(0, 120));
   Request r;
   if (!j.contains("type") || !j["type"].is_string()) throw UserError("env request: no string \"type\"");
@@ -159,22 +161,40 @@ Request parse_request(const std::string& line) {
   if (!j.contains("episode") || !j["episode"].is_string()) throw UserError("env request: no string \"episode\"");
   r.episode = j["episode"].get<std::string>();
   if (r.type == "reset") {
-    r.row = j.value("row", nlohmann::json::object());
+    const ojson row = j.value("row", ojson::object());
+    if (!row.is_object()) throw UserError("env request: reset's \"row\" must be a JSON object");
+    r.row = nlohmann::json::parse(row.dump());
     if (!j.contains("seed") || !j["seed"].is_number_unsigned())
       throw UserError("env request: reset needs an integer \"seed\"");
     r.seed = j["seed"].get<uint64_t>();
   } else if (r.type == "step") {
     if (!j.contains("text") || !j["text"].is_string()) throw UserError("env request: step needs a string \"text\"");
     r.step.text = j["text"].get<std::string>();
-    for (const auto& c : j.value("tool_calls", nlohmann::json::array()))
-      r.step.tool_calls.push_back(
-          ToolCall{c.value("name", ""), ojson::parse(c.value("arguments", nlohmann::json::object()).dump())});
-    if (j.contains("parse_error") && j["parse_error"].is_string())
+    const ojson calls = j.value("tool_calls", ojson::array());
+    if (!calls.is_array()) throw UserError("env request: step's \"tool_calls\" must be a list");
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const ojson& c = calls[i];
+      const std::string what = "env request: tool_calls[" + std::to_string(i) + "] ";
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string())
+        throw UserError(what + "must be an object with a string \"name\"");
+      const ojson args = c.value("arguments", ojson::object());
+      if (!args.is_object()) throw UserError(what + "\"arguments\" must be a JSON object");
+      r.step.tool_calls.push_back(ToolCall{c["name"].get<std::string>(), args});
+    }
+    if (j.contains("parse_error") && !j["parse_error"].is_null()) {
+      if (!j["parse_error"].is_string())
+        throw UserError("env request: step's \"parse_error\" must be a string or null");
       r.step.parse_error = j["parse_error"].get<std::string>();
-    const std::string finish = j.value("finish", "stop");
-    r.step.end = finish == "length"        ? TurnEnd::kLength
-                 : finish == "stop_string" ? TurnEnd::kStopString
-                                           : TurnEnd::kStop;
+    }
+    const ojson finish = j.value("finish", ojson("stop"));
+    const std::string name = finish.is_string() ? finish.get<std::string>() : finish.dump();
+    bool known = false;
+    for (TurnEnd end : {TurnEnd::kStop, TurnEnd::kStopString, TurnEnd::kLength})
+      if (name == turn_end_name(end)) {
+        r.step.end = end;
+        known = true;
+      }
+    if (!known) throw UserError("env request: step's \"finish\" is " + name + " (stop, stop_string or length)");
   }
   return r;
 }
