@@ -171,3 +171,40 @@ TEST_CASE("next_tokens_narrowed (the GPU path) chooses what next_tokens chooses,
   CHECK_THROWS_WITH(models::next_tokens_narrowed(bad, sampling(0.0), [](int64_t) { return 0.5; }),
                     Catch::Contains("NaN"));
 }
+
+TEST_CASE("ends_at_stop: stop strings match the decoded text at the token that completes them", "[sampler]") {
+  // Tokens of a made-up vocabulary whose texts merge differently: id 1 is ".\n", 2 is "\n", 3 is
+  // "Obs", 4 is ":", 5 is "done", 6 is "▁x" decoded with its leading space dropped at the start.
+  const std::vector<std::string> text{"", ".\n", "\n", "Obs", ":", "done", " x"};
+  SamplingParams p = sampling(1.0);
+  p.stop_strings = {"\nObs:"};
+  p.decode = [&](const std::vector<int64_t>& ids) {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) s += i == 0 && ids[i] == 6 ? "x" : text[static_cast<size_t>(ids[i])];
+    return s;
+  };
+  const std::vector<int64_t> merged{5, 1, 3, 4};  // "done" ".\n" "Obs" ":"
+  for (size_t n = 1; n < merged.size(); ++n)
+    CHECK_FALSE(models::ends_at_stop({merged.begin(), merged.begin() + static_cast<long>(n)}, p));
+  CHECK(models::ends_at_stop(merged, p));
+  CHECK(models::ends_at_stop({2, 3, 4}, p));  // the string's own tokens
+  // Control: the ids the string encodes to alone ("\n" "Obs" ":") miss the merged form.
+  SamplingParams ids = sampling(1.0);
+  ids.stop_sequences = {{2, 3, 4}};
+  CHECK_FALSE(models::ends_at_stop(merged, ids));
+  // The window reaches one token before the string: a dropped leading space there cannot hide it.
+  p.stop_strings = {" x:"};
+  CHECK(models::ends_at_stop({5, 6, 4}, p));
+  // (A response that opens with the string is decoded without that space: SentencePiece drops the
+  // first one, so a string that begins with a space cannot match its first token.)
+  CHECK_FALSE(models::ends_at_stop({6, 4}, p));
+  // Refused without a decoder, or empty.
+  SamplingParams bad = sampling(1.0);
+  bad.stop_strings = {"x"};
+  const std::vector<models::GenerationRequest> one{{{1}, 0, -1}};
+  CHECK_THROWS_WITH(models::validate_generation(one, bad, 10, 100, "s", "max_len"),
+                    "s: stop strings need a decode function");
+  bad.stop_strings = {""};
+  bad.decode = p.decode;
+  CHECK_THROWS_WITH(models::validate_generation(one, bad, 10, 100, "s", "max_len"), "s: a stop string is empty");
+}

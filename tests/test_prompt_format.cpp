@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "core/policies/prompt_format.h"
 #include "fixtures.h"
+#include "models/llama/next_token.h"
+#include "models/llama/sampler.h"
 #include "models/tokenizers/tokenizer.h"
 
 using namespace tandem;
@@ -79,4 +81,31 @@ TEST_CASE("a tokenizer may run past the model's vocabulary only with special tok
   CHECK(e.find("<image_soft_token> (id 262144), past the model's vocabulary of 262144") != std::string::npos);
   o.model_vocab = 0;  // no model (the tokenizer alone): nothing to refuse
   CHECK_NOTHROW(PromptFormat(o, *gemma).encode("look: <image_soft_token>"));
+}
+
+TEST_CASE("stop strings end a response where the real tokenizer merged them with the text before", "[prompt_format]") {
+  const std::string dir = test::real_tokenizer_dir("qwen2_5");
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) {
+    WARN("skipping: the real Qwen2.5 tokenizer is not in " << dir << " (scripts/fixtures/fetch_tokenizers.sh)");
+    return;
+  }
+  const auto tok = models::load_hf_tokenizer(dir);
+  models::SamplingParams sp;
+  add_stop_strings({"\nObservation:", "</tool_call>"}, *tok, sp);
+  // "done." then the string: Qwen2.5 writes ".\n" as one token, so the string's own ids are not there.
+  const std::vector<int64_t> response = tok->encode("It is done.\nObservation:");
+  const std::vector<int64_t> alone = tok->encode("\nObservation:");
+  CHECK(std::search(response.begin(), response.end(), alone.begin(), alone.end()) == response.end());
+  for (size_t n = 1; n < response.size(); ++n)
+    CHECK_FALSE(models::ends_at_stop({response.begin(), response.begin() + static_cast<long>(n)}, sp));
+  CHECK(models::ends_at_stop(response, sp));
+  // Control: the string's ids alone, as stops were matched before, never fire on it.
+  models::SamplingParams by_ids;
+  by_ids.stop_sequences = {alone};
+  CHECK_FALSE(models::ends_at_stop(response, by_ids));
+  // A string that is one id alone (an added token) stops on that id too.
+  const auto call = tok->encode("</tool_call>");
+  REQUIRE(call.size() == 1);
+  CHECK(std::count(sp.stop_ids.begin(), sp.stop_ids.end(), call[0]) == 1);
+  CHECK(models::ends_at_stop(tok->encode("<tool_call>\n{}\n</tool_call>"), sp));
 }

@@ -30,6 +30,7 @@ ArEvaluator::ArEvaluator(const Config& config, const models::Tokenizer& tokenize
   top_k_ = ar.rollout.top_k;
   max_batch_ = ar.rollout.max_batch;
   max_live_ = ar.rollout.max_live;
+  stop_ = ar.rollout.stop;
   vocab_limit_ = std::min(tokenizer.vocab_size(), ar.model.vocab_size);
   share_prompts_ = ar.share_prompt == SharePrompt::kAuto;
   ArTrackConfig held_out = ar;
@@ -59,6 +60,7 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   sp.max_live = max_live_;
   sp.vocab_limit = vocab_limit_;
   sp.stop_ids = format_->stop_ids();
+  add_stop_strings(stop_, tokenizer_, sp);
   sp.share_prompts = share_prompts_;  // a prompt's k samples prefill it once
   models::SamplingParams greedy = sp;
   greedy.temperature = 0;
@@ -67,11 +69,8 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   std::vector<int64_t> mine;  // positions in prompts_ of this rank's prompts, in order
   std::vector<models::Generation> out, best;
   if (episodes) {
-    for (const auto& s : episodes->stop) {
-      const auto ids = tokenizer_.encode(s);
-      if (ids.size() == 1) sp.stop_ids.push_back(ids[0]), greedy.stop_ids.push_back(ids[0]);
-      if (ids.size() > 1) sp.stop_sequences.push_back(ids), greedy.stop_sequences.push_back(ids);
-    }
+    add_stop_strings(episodes->stop, tokenizer_, sp);
+    add_stop_strings(episodes->stop, tokenizer_, greedy);
   }
   std::vector<double> scores;    // per sample of this rank: k sampled then greedy, per prompt
   double turns = 0, failed = 0;  // over this rank's sampled episodes

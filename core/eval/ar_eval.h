@@ -51,6 +51,7 @@ class ArEvaluator {
   double top_p_ = 1.0;
   int64_t top_k_ = 0;
   int64_t max_batch_ = 64, max_live_ = 256;  // tracks.ar.rollout's
+  std::vector<std::string> stop_;            // tracks.ar.rollout.stop: held-out responses end where training's do
   int64_t vocab_limit_ = 0;                  // the ids a sample may take: the tokenizer's that the model has
   bool share_prompts_ = false;
   const models::Tokenizer& tokenizer_;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "models/llama/sampler.h"
 #include "models/tokenizers/chat_template.h"
 
 namespace fs = std::filesystem;
@@ -129,6 +130,18 @@ std::string PromptFormat::describe() const {
   s += ", stop on";
   for (const int64_t id : stop_ids_) s += " " + tokenizer_.id_to_token(id);
   return s;
+}
+
+void add_stop_strings(const std::vector<std::string>& stops, const models::Tokenizer& tokenizer,
+                      models::SamplingParams& sp) {
+  for (const std::string& s : stops) {
+    if (std::find(sp.stop_strings.begin(), sp.stop_strings.end(), s) != sp.stop_strings.end()) continue;
+    sp.stop_strings.push_back(s);
+    // A string that is one id alone (Qwen's </tool_call>) also stops on that id, without decoding.
+    if (const auto ids = tokenizer.encode(s); ids.size() == 1) sp.stop_ids.push_back(ids[0]);
+  }
+  if (!sp.stop_strings.empty())
+    sp.decode = [&tokenizer](const std::vector<int64_t>& ids) { return tokenizer.decode(ids); };
 }
 
 }  // namespace tandem

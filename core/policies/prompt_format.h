@@ -17,7 +17,8 @@ namespace tandem {
 
 namespace models {
 class ChatTemplate;
-}
+struct SamplingParams;
+}  // namespace models
 
 struct PromptFormatOptions {
   // "auto": tokenizer_config.json beside the tokenizer file when it holds a chat_template, else
@@ -77,5 +78,11 @@ class PromptFormat {
 // tokenizer may run past it only with special tokens a prompt would have to spell out (Gemma 3 1B's
 // <image_soft_token>, id 262144 of a 262144-id model), which encode() then refuses.
 void check_tokenizer_fits(const models::Tokenizer& tokenizer, int64_t model_vocab, const std::string& what);
+
+// Adds `stops` (rollout.stop, an environment's stop strings) to `sp` as stop strings matched on the
+// text `tokenizer` decodes (SamplingParams::stop_strings); one that is a single id alone also
+// stops on that id at once. The tokenizer must outlive the generation.
+void add_stop_strings(const std::vector<std::string>& stops, const models::Tokenizer& tokenizer,
+                      models::SamplingParams& sp);
 
 }  // namespace tandem

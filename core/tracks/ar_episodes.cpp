@@ -30,7 +30,7 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
   const auto t0 = std::chrono::steady_clock::now();
   env::Environment& environment = *episodes_->env;
   models::SamplingParams sp = sampling_params();
-  add_stop_strings(environment.hello().stop, sp);
+  add_stop_strings(environment.hello().stop, *tokenizer_, sp);
   const env::EpisodeLimits& limits = episodes_->limits;
 
   std::vector<env::EpisodeSpec> specs;

@@ -145,18 +145,8 @@ models::SamplingParams ArTrack::sampling_params() const {
   sp.vocab_limit = std::min(tokenizer_->vocab_size(), ar.model.vocab_size);
   sp.stop_ids = format_->stop_ids();
   sp.share_prompts = ar.share_prompt == SharePrompt::kAuto;  // the Llama sampler; the unified one recomputes
-  add_stop_strings(ar.rollout.stop, sp);
+  add_stop_strings(ar.rollout.stop, *tokenizer_, sp);
   return sp;
-}
-
-void ArTrack::add_stop_strings(const std::vector<std::string>& stops, models::SamplingParams& sp) const {
-  for (const std::string& s : stops) {
-    const auto ids = tokenizer_->encode(s);
-    if (ids.size() == 1)
-      sp.stop_ids.push_back(ids[0]);
-    else if (!ids.empty())
-      sp.stop_sequences.push_back(ids);
-  }
 }
 
 std::vector<ArSample> ArTrack::rollout(int64_t step, MetricMap& metrics) {

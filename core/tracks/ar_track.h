@@ -81,7 +81,6 @@ class ArTrack final : public Track {
   std::vector<ArSample> generate_groups(int64_t step, const std::vector<tasks::ShardPrompt>& shard, MetricMap& metrics);
   std::vector<ArSample> receive_rollout(int64_t step, MetricMap& metrics);
   models::SamplingParams sampling_params() const;
-  void add_stop_strings(const std::vector<std::string>& stops, models::SamplingParams& sp) const;
   // Multi-turn episodes (tracks.ar.env, ar_episodes.cpp): the environment and the conversation
   // format, then one step's episodes as samples (model tokens trained, the rest masked).
   void setup_env();

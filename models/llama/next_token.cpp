@@ -212,6 +212,8 @@ void validate_generation(const std::vector<GenerationRequest>& requests, const S
   require(p.max_live >= 1, "max_live must be >= 1");
   require(p.vocab_limit >= 0, "vocab_limit must be >= 0");
   for (const auto& s : p.stop_sequences) require(!s.empty(), "a stop sequence is empty");
+  for (const auto& s : p.stop_strings) require(!s.empty(), "a stop string is empty");
+  require(p.stop_strings.empty() || p.decode != nullptr, "stop strings need a decode function");
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& r = requests[i];
     const std::string request = "request " + std::to_string(i) + ": ";
@@ -230,6 +232,17 @@ bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p) {
   if (std::find(p.stop_ids.begin(), p.stop_ids.end(), tokens.back()) != p.stop_ids.end()) return true;
   for (const auto& seq : p.stop_sequences)
     if (tokens.size() >= seq.size() && std::equal(seq.rbegin(), seq.rend(), tokens.rbegin())) return true;
+  if (p.stop_strings.empty()) return false;
+  // The text of the last n + 1 ids, n the longest string's bytes: a string that ends in the newest
+  // token spans at most n tokens (each decodes to a byte or more), and the one before them keeps a
+  // decoder's dropped leading space (SentencePiece's first "▁") outside it. An earlier occurrence
+  // would have ended the response at its own token, so any occurrence in the window is new.
+  size_t longest = 0;
+  for (const auto& s : p.stop_strings) longest = std::max(longest, s.size());
+  const size_t n = std::min(tokens.size(), longest + 1);
+  const std::string tail = p.decode(std::vector<int64_t>(tokens.end() - static_cast<std::ptrdiff_t>(n), tokens.end()));
+  for (const auto& s : p.stop_strings)
+    if (tail.find(s) != std::string::npos) return true;
   return false;
 }
 

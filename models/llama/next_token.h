@@ -77,7 +77,8 @@ void validate_generation(const std::vector<GenerationRequest>& requests, const S
 struct PackedInput;
 PackedInput pack_rows(const std::vector<std::vector<int64_t>>& seqs);
 
-// True when the response `tokens` (non-empty) ends with a stop id or a stop sequence of `p`.
+// True when the response `tokens` (non-empty) ends with a stop id or a stop sequence of `p`, or its
+// newest token completes one of p's stop strings (decoded text).
 bool ends_at_stop(const std::vector<int64_t>& tokens, const SamplingParams& p);
 
 }  // namespace tandem::models

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace tandem::models {
@@ -21,6 +23,12 @@ struct SamplingParams {
   int64_t max_new_tokens = 16;
   std::vector<int64_t> stop_ids;                     // any of these ends a response (kept in it)
   std::vector<std::vector<int64_t>> stop_sequences;  // multi-token stops (kept in the response)
+  // Stop strings matched on the text: the response ends at the token that completes one (kept in
+  // the response), however the tokenizer merged it with the text before, as vLLM's `stop` and
+  // transformers' stop_strings do. The ids a string encodes to alone would miss it in context:
+  // Qwen2.5 encodes "\nObservation:" alone as [198, ...] but after "done." as [624 (".\n"), ...].
+  std::vector<std::string> stop_strings;
+  std::function<std::string(const std::vector<int64_t>&)> decode;  // ids -> text; set with stop_strings
   // The KV cache's memory, in sequences: max_batch unshared sequences of the longest prompt +
   // max_new rows each (fewer when there are fewer requests). Without shared prompts it is also
   // the most sequences decoded together (continuous batching).
