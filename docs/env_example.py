@@ -11,6 +11,7 @@ import json
 import random
 import sys
 import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 FACTORS = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mm": 0.001, "mi": 1609.344, "ft": 0.3048, "in": 0.0254}
@@ -71,11 +72,21 @@ def handle(req):
     return {"id": rid, "messages": [], "reward": reward, "done": True}
 
 
+def serve(req):
+    # A pool swallows a task's exception: print it and fail that episode, rather than leave the
+    # request unanswered until tandem's timeout restarts the process.
+    try:
+        answer(handle(req))
+    except Exception as e:
+        traceback.print_exc(file=sys.stderr)
+        answer({"id": req.get("id"), "error": f"the environment failed: {e!r}"})
+
+
 def main():
     with ThreadPoolExecutor(max_workers=4) as pool:
         for line in sys.stdin:
             if line.strip():
-                pool.submit(lambda r: answer(handle(r)), json.loads(line))
+                pool.submit(serve, json.loads(line))
 
 
 if __name__ == "__main__":

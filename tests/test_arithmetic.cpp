@@ -20,6 +20,10 @@ TEST_CASE("arithmetic: exact integers, precedence, parentheses, decimals", "[env
   CHECK(evaluate_arithmetic("7 / 2") == "3.5");
   CHECK(evaluate_arithmetic("1.5 * 4") == "6");
   CHECK(evaluate_arithmetic("10 - 2 - 3") == "5");  // left-associative
+  // INT64_MIN (reached without overflow) over -1: the quotient leaves int64, so it is a real; the
+  // remainder test that picks the exact path must not run first (INT64_MIN % -1 traps on x86).
+  CHECK(evaluate_arithmetic("-4294967296 * 2147483648 / -1") == evaluate_arithmetic("9223372036854775808.0"));
+  CHECK(evaluate_arithmetic("-4294967296 * 2147483648 / 2") == "-4611686018427387904");
 }
 
 TEST_CASE("arithmetic errors name what and where", "[env][arithmetic]") {

@@ -91,6 +91,18 @@ TEST_CASE("lookup: the value comes only from the get tool", "[env][builtin]") {
   CHECK(env->step("e", said("It is " + value)).reward == 1.0);
 }
 
+TEST_CASE("a step for an episode never reset (or closed) is that episode's error", "[env][builtin]") {
+  for (const char* name : {"calculator", "guess", "lookup"}) {
+    INFO(name);
+    auto env = make_builtin_env(name);
+    CHECK(env->step("ghost", said("7")).error == "unknown episode ghost");
+    env->reset("e", json::object(), 3);
+    CHECK_FALSE(env->step("e", said("7")).error);  // control: a reset episode is served
+    env->close("e");
+    CHECK(env->step("e", said("7")).error == "unknown episode e");
+  }
+}
+
 TEST_CASE("unknown built-in environments are named", "[env][builtin]") {
   CHECK(test::user_error_of([] { make_builtin_env("chess"); }) ==
         "unknown built-in environment 'chess' (calculator, guess, lookup; or env.command)");

@@ -55,6 +55,13 @@ TEST_CASE("a demonstration is laid out as its episode; only the model turns are 
   const ojson text_form = calc_conversation(false), structured = calc_conversation(true);
   // OpenAI's tool_calls become the hermes text the template itself renders for them.
   CHECK(assistant_text(structured[1]) == text_form[1]["content"].get<std::string>());
+  // Arguments that are not an object (as such or as a JSON string) are refused, not written as a call.
+  for (const ojson& args : {ojson(5), ojson::array({1}), ojson("[1]")}) {
+    ojson bad = structured[1];
+    bad["tool_calls"][0]["function"]["arguments"] = args;
+    CHECK_THAT(test::user_error_of([&] { assistant_text(bad); }),
+               Catch::Contains("needs \"arguments\" that are a JSON object"));
+  }
 
   const ArSample s = demonstration_sample(format, structured, q.end_of_turn, std::nullopt, 4096, "demo");
   // The whole sequence is the template's rendering of the conversation (tool calls rendered by the

@@ -41,7 +41,11 @@ for line in sys.stdin:
         out({"id": req["id"], "name": "fake", "tools": [], "max_turns": 3, "stop": []}); continue
     if mode == "deaf":
         time.sleep(1000)
+    if mode == "slow":
+        time.sleep(0.4)
     if req["type"] == "close":
+        if mode == "closecrash":
+            sys.exit(5)
         out({"id": req["id"]}); continue
     if mode == "timeout":
         continue
@@ -255,5 +259,42 @@ TEST_CASE("answers waiting in the pipe count, however long the caller was away",
   const auto events = env.poll(std::chrono::milliseconds(0));
   REQUIRE(events.size() == 1);
   CHECK_FALSE(events[0].failure);
+  CHECK(env.restarts() == 0);
+}
+
+TEST_CASE("a process that ended between steps is restarted before new episodes are sent to it", "[env][env_process]") {
+  // It crashes on close, after its episode ended well: the next step's resets must not go to the
+  // dead process (all of them would fail) but to a fresh one.
+  TempDir dir;
+  EnvProcess env(quiet(dir.fake("closecrash")));
+  const pid_t first = env.child_pid();
+  env.reset("a", json::object(), 0);
+  REQUIRE(collect(env, 1).size() == 1);
+  env.step("a", said("win"));
+  const auto done = collect(env, 1);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].answer.reward == 1.0);
+  env.close("a");
+  // Nothing polls between steps (the runner's loop ended with its last episode): the process exits
+  // unobserved.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (const char* e : {"b", "c"}) env.reset(e, json::object(), 0);
+  const auto events = collect(env, 2);
+  REQUIRE(events.size() == 2);
+  for (const auto& e : events) CHECK_FALSE(e.failure);
+  CHECK(env.restarts() == 1);
+  CHECK(env.child_pid() != first);
+  CHECK_FALSE(alive(first));
+}
+
+TEST_CASE("a slow process working through pipelined requests is not taken for a hung one", "[env][env_process]") {
+  // 0.4 s per request, one at a time, 5 sent at once, timeout 1 s: the last answer comes 2 s after
+  // it was sent, but the process never goes 1 s without answering.
+  TempDir dir;
+  EnvProcess env(quiet(dir.fake("slow"), 1.0));
+  for (const char* e : {"a", "b", "c", "d", "e"}) env.reset(e, json::object(), 0);
+  const auto events = collect(env, 5);
+  REQUIRE(events.size() == 5);
+  for (const auto& e : events) CHECK_FALSE(e.failure);
   CHECK(env.restarts() == 0);
 }

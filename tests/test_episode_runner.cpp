@@ -12,6 +12,7 @@
 
 #include "core/batch/collate.h"
 #include "core/env/builtin_envs.h"
+#include "core/env/demonstrations.h"
 #include "core/env/episode_runner.h"
 #include "core/grpo/loss.h"
 #include "models/llama/model.h"
@@ -223,6 +224,60 @@ TEST_CASE("episodes: a failure ends the episode with its reason, the generator i
     CHECK(o.failure == "environment 'x' timed out");
   }
   CHECK(gen.finished.size() == 2);
+}
+
+namespace {
+
+// Opens with its own system message when asked to (the row's "system"), then ends at the first turn.
+class SystemEnv : public EnvLogic {
+ public:
+  EnvHello hello() const override { return {"system", ojson::array(), 1, {}}; }
+  EnvAnswer reset(const std::string&, const nlohmann::json& row, uint64_t) override {
+    EnvAnswer a;
+    if (row.is_object() && row.value("system", false))
+      a.messages.push_back(ojson{{"role", "system"}, {"content", "ENV SYSTEM"}});
+    a.messages.push_back(ojson{{"role", "user"}, {"content", "hi"}});
+    return a;
+  }
+  EnvAnswer step(const std::string&, const StepInput&) override {
+    EnvAnswer a;
+    a.done = true;
+    return a;
+  }
+  void close(const std::string&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("episodes: an environment's own system message replaces the recipe's, as in a demonstration",
+          "[env][episode_runner]") {
+  Qwen q;
+  if (!load_qwen(q)) {
+    WARN("skipping: the real Qwen2.5 tokenizer is not in " << test::real_tokenizer_dir("qwen2_5"));
+    return;
+  }
+  InProcessEnv env(std::make_unique<SystemEnv>());
+  ConversationFormat format{q.chat_template.get(), q.tokenizer.get(), nullptr, nlohmann::json::object(), "qwen2_5"};
+  ScriptedGenerator gen(*q.tokenizer, q.end_of_turn, {{0, {"x"}}, {1, {"x"}}});
+  const std::vector<EpisodeSpec> specs{{"own", nlohmann::json{{"system", true}}, 1, 1}, {"none", {}, 1, 2}};
+  const auto out =
+      run_episodes(env, gen, format, specs, EpisodeLimits{1, 8, 500}, {q.end_of_turn}, std::string("RECIPE SYSTEM"));
+  REQUIRE(out.size() == 2);
+  const std::string own = q.tokenizer->decode(out[0].tokens), none = q.tokenizer->decode(out[1].tokens);
+  CHECK(own.find("ENV SYSTEM") != std::string::npos);
+  CHECK(own.find("RECIPE SYSTEM") == std::string::npos);
+  CHECK(std::count_if(out[0].messages.begin(), out[0].messages.end(),
+                      [](const ojson& m) { return m["role"] == "system"; }) == 1);
+  CHECK(out[0].messages[0]["content"] == "ENV SYSTEM");
+  // Control: without its own, the episode opens with the recipe's.
+  CHECK(none.find("RECIPE SYSTEM") != std::string::npos);
+  // And the layout is the warm-start's: a demonstration of the same conversation renders the same prompt.
+  const ojson demo =
+      ojson::array({ojson{{"role", "system"}, {"content", "ENV SYSTEM"}}, ojson{{"role", "user"}, {"content", "hi"}},
+                    ojson{{"role", "assistant"}, {"content", "x"}}});
+  const ArSample d = demonstration_sample(format, demo, q.end_of_turn, std::string("RECIPE SYSTEM"), 500, "demo");
+  CHECK(std::vector<int64_t>(d.tokens.begin(), d.tokens.begin() + d.prompt_len) ==
+        std::vector<int64_t>(out[0].tokens.begin(), out[0].tokens.begin() + out[0].prompt_len));
 }
 
 TEST_CASE("episodes train the model's tokens only: environment targets change no gradient", "[env][episode_runner]") {

@@ -52,6 +52,10 @@ TEST_CASE("protocol answers are read strictly", "[env][protocol]") {
   CHECK(problem_of(R"({"id": 1, "messages": [{"role": "tool", "content": "3"}], "reward": 0, "done": false})", false)
             .empty());
   CHECK(problem_of(R"({"id": 1, "reward": 1.0, "done": true})", false).empty());
+  // A done step's messages are ignored, as the protocol says: not read, so not a process failure.
+  CHECK(problem_of(R"({"id": 2, "messages": "bye", "reward": 1, "done": true})", false).empty());
+  CHECK(problem_of(R"({"id": 2, "messages": "bye", "reward": 1, "done": false})", false) ==
+        "\"messages\" must be a list of {\"role\", \"content\"} objects");
   CHECK(problem_of(R"({"id": 1, "error": "bad row"})", true).empty());
   CHECK(problem_of("not json", false) == "not JSON");
   CHECK(problem_of(R"({"reward": 1})", false) == "no integer \"id\" (every answer echoes its request's id)");

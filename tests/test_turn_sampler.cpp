@@ -166,6 +166,21 @@ TEST_CASE("a stop id ends a turn; misuse is refused", "[turn_sampler]") {
                     "turn sampler: sequence 7 would outgrow its capacity 40");
   CHECK_THROWS_WITH(ts.resume(7, {99}, 2), "turn sampler: forced id 99 is outside the vocabulary");
   CHECK_THROWS_AS(ts.start(9, {1, 2}, 0, 39), UserError);  // prompt + max_new beyond the capacity
+  // One slot, paused on its environment, and a start waiting for it: nothing can advance (the
+  // episode runner then waits on the environment instead of stepping in a loop); a step changes
+  // nothing, and finishing the paused sequence lets the waiting one in.
+  TurnSampler one(*model, p, 1, 40);
+  one.start(1, {1, 2, 3}, 9, 30);
+  CHECK(one.can_advance());
+  run_until(one, 1);
+  CHECK_FALSE(one.can_advance());  // nothing waits
+  one.start(2, {4, 5}, 9, 30);
+  CHECK_FALSE(one.can_advance());  // the one slot is paused
+  CHECK(one.step().empty());
+  CHECK(one.waiting() == 1);
+  one.finish(1);
+  CHECK(one.can_advance());
+  run_until(one, 2);
   ts.finish(7);
   CHECK(ts.paused() == 0);
   CHECK_THROWS_AS(TurnSampler(*model, p, 1, 500), UserError);  // beyond max_seq_len

@@ -127,7 +127,9 @@ class Parser {
           break;
         case '/':
           if (b.i == 0) fail("division by zero");
-          if (a.i % b.i == 0 && !(a.i == std::numeric_limits<int64_t>::min() && b.i == -1)) {
+          // The guard first: INT64_MIN % -1 traps (SIGFPE) as INT64_MIN / -1 does; that quotient
+          // leaves int64 and is computed as a real below.
+          if (!(a.i == std::numeric_limits<int64_t>::min() && b.i == -1) && a.i % b.i == 0) {
             r.i = a.i / b.i;
             return r;
           }

@@ -38,6 +38,13 @@ EnvAnswer answer(ojson messages, double reward, bool done) {
   return a;
 }
 
+// An answer that fails its one episode (the process is fine).
+EnvAnswer episode_error(std::string what) {
+  EnvAnswer a;
+  a.error = std::move(what);
+  return a;
+}
+
 std::string row_string(const nlohmann::json& row, const char* key) {
   const auto it = row.find(key);
   if (it == row.end() || it->is_null()) return "";
@@ -74,13 +81,13 @@ class CalculatorEnv : public EnvLogic {
       prompt = "What is " + std::to_string(a) + " * " + std::to_string(b) + "?";
       expected = std::to_string(a * b);
     }
-    if (expected.empty()) return error("row has a \"prompt\" but no \"answer\"");
+    if (expected.empty()) return episode_error("row has a \"prompt\" but no \"answer\"");
     answers_[episode] = expected;
     return answer(ojson::array({message("user", prompt)}), 0, false);
   }
   EnvAnswer step(const std::string& episode, const StepInput& input) override {
     const auto it = answers_.find(episode);
-    if (it == answers_.end()) return error("unknown episode " + episode);
+    if (it == answers_.end()) return episode_error("unknown episode " + episode);
     if (!input.tool_calls.empty() || input.parse_error) {
       return answer(tool_messages(input,
                                   [](const ToolCall& call) -> std::string {
@@ -102,11 +109,6 @@ class CalculatorEnv : public EnvLogic {
   void close(const std::string& episode) override { answers_.erase(episode); }
 
  private:
-  static EnvAnswer error(std::string what) {
-    EnvAnswer a;
-    a.error = std::move(what);
-    return a;
-  }
   std::map<std::string, std::string> answers_;
 };
 
@@ -122,11 +124,7 @@ class GuessEnv : public EnvLogic {
   EnvAnswer reset(const std::string& episode, const nlohmann::json& row, uint64_t seed) override {
     int64_t target = 1 + static_cast<int64_t>(tasks::DetRng(seed).below(64));
     if (const auto t = row.find("target"); t != row.end() && t->is_number_integer()) target = t->get<int64_t>();
-    if (target < 1 || target > 64) {
-      EnvAnswer a;
-      a.error = "\"target\" must be in 1..64";
-      return a;
-    }
+    if (target < 1 || target > 64) return episode_error("\"target\" must be in 1..64");
     state_[episode] = {target, 0};
     return answer(ojson::array({message("user",
                                         "I am thinking of a whole number from 1 to 64. Guess it: answer with one "
@@ -134,7 +132,9 @@ class GuessEnv : public EnvLogic {
                   0, false);
   }
   EnvAnswer step(const std::string& episode, const StepInput& input) override {
-    auto& s = state_[episode];
+    const auto found = state_.find(episode);
+    if (found == state_.end()) return episode_error("unknown episode " + episode);
+    auto& s = found->second;
     ++s.turns;
     std::string text;
     const bool number = last_integer(input.text, text);
@@ -189,7 +189,9 @@ class LookupEnv : public EnvLogic {
                   0, false);
   }
   EnvAnswer step(const std::string& episode, const StepInput& input) override {
-    auto& s = state_[episode];
+    const auto found = state_.find(episode);
+    if (found == state_.end()) return episode_error("unknown episode " + episode);
+    auto& s = found->second;
     if (!input.tool_calls.empty() || input.parse_error) {
       return answer(tool_messages(input,
                                   [&s](const ToolCall& call) -> std::string {

@@ -26,7 +26,8 @@ class EnvLogic {
 // calculator: a calc(expression) tool; the episode's question is the row's "prompt" with its
 //   "answer", or (no prompt) a product of a 3-digit and a 2-digit number drawn from the seed.
 //   Reward 1 when the final turn (one without tool calls) ends with the right number.
-// guess: a number in 1..64 (the row's "target", else from the seed); "higher" / "lower" after each
+// guess: a number in 1..64 (the row's "target", else from the seed; tandem's runs send rows of
+//   "prompt" and "answer" only, so there it is the seed's); "higher" / "lower" after each
 //   guess, reward 1 for the right one, at most 8 turns.
 // lookup: a hidden table of 8 keys drawn from the seed and a get(key) tool; the asked key's value
 //   appears only in tool answers (masked observations). Reward 1 when the final turn ends with it.

@@ -101,6 +101,9 @@ std::string assistant_text(const ojson& message) {
         throw UserError("a demonstration's tool call has arguments that are not JSON: " + call.dump());
       }
     }
+    if (!args.is_object())
+      throw UserError("a demonstration's tool call needs \"arguments\" that are a JSON object (got " + call.dump() +
+                      ")");
     if (!text.empty()) text += "\n";
     text += "<tool_call>\n" + python_dumps(ojson{{"name", f["name"]}, {"arguments", args}}) + "\n</tool_call>";
   }

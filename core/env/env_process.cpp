@@ -33,9 +33,11 @@ EnvProcess::EnvProcess(EnvProcessOptions options) : options_(std::move(options))
 
 EnvProcess::~EnvProcess() { child_.stop(true); }
 
-EnvProcess::Clock::time_point EnvProcess::deadline_from_now() const {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+EnvProcess::Clock::duration EnvProcess::timeout() const {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
 }
+
+EnvProcess::Clock::time_point EnvProcess::deadline_from_now() const { return Clock::now() + timeout(); }
 
 std::string EnvProcess::describe(const std::string& what) const {
   return "environment '" + options_.command + "' " + what;
@@ -43,6 +45,7 @@ std::string EnvProcess::describe(const std::string& what) const {
 
 EnvHello EnvProcess::start_and_greet() {
   child_.start(options_.command, describe(""), options_.forward_stderr);
+  last_answer_ = Clock::now();
   out_buffer_.clear();
   write_buffer_.clear();
   const int64_t id = next_id_++;
@@ -107,6 +110,7 @@ void EnvProcess::send(int64_t id, Pending pending, const std::string& line) {
 }
 
 void EnvProcess::reset(const std::string& episode, const nlohmann::json& row, uint64_t seed) {
+  if (holds_nothing()) restart_if_ended();
   const auto deadline = deadline_from_now();
   open_.insert(episode);
   const int64_t id = next_id_++;
@@ -156,6 +160,27 @@ void EnvProcess::fail_all(const std::string& why) {
     if (failed.insert(e).second) ready_.push_back(EnvEvent{e, false, {}, reason});
   pending_.clear();
   open_.clear();
+  restart();
+}
+
+bool EnvProcess::holds_nothing() const {
+  if (!open_.empty()) return false;
+  for (const auto& [id, p] : pending_)
+    if (!p.episode.empty()) return false;
+  return true;
+}
+
+void EnvProcess::restart_if_ended() {
+  child_.drain_stderr();
+  if (!write_buffer_.empty()) send(-1, {}, "");
+  const bool open = read_out();
+  if (!take_lines() || open) return;  // a breach restarted it, or it is alive
+  child_.stop(true);
+  pending_.clear();  // closes only (it held no episode)
+  restart();
+}
+
+void EnvProcess::restart() {
   ++restarts_;
   const EnvHello again = start_and_greet();
   if (again.name != hello_.name || again.tools != hello_.tools || again.max_turns != hello_.max_turns ||
@@ -171,7 +196,7 @@ std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
     child_.drain_stderr();
     if (!write_buffer_.empty()) send(-1, {}, "");
     const bool open = read_out();
-    take_lines();
+    if (!take_lines()) break;  // restarted: what `open` said was of the old process
     if (!ready_.empty()) break;
     if (!open) {
       const std::string partial =
@@ -180,9 +205,10 @@ std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
       fail_all("ended (it " + how + ")" + partial);
       break;
     }
-    // The oldest deadline bounds the wait.
+    // The oldest deadline bounds the wait; its clock restarts at every answer (EnvProcessOptions).
     auto oldest = Clock::time_point::max();
     for (const auto& [id, p] : pending_) oldest = std::min(oldest, p.deadline);
+    if (!pending_.empty()) oldest = std::max(oldest, last_answer_ + timeout());
     const auto now = Clock::now();
     if (oldest <= now) {
       fail_all("timed out: no answer within " + seconds(options_.timeout_s) + " s (tracks.ar.env.timeout_s)");
@@ -201,7 +227,7 @@ std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
   return out;
 }
 
-void EnvProcess::take_lines() {
+bool EnvProcess::take_lines() {
   for (size_t nl; (nl = out_buffer_.find('\n')) != std::string::npos;) {
     std::string line = out_buffer_.substr(0, nl);
     out_buffer_.erase(0, nl + 1);
@@ -209,20 +235,28 @@ void EnvProcess::take_lines() {
     int64_t id = -1;
     nlohmann::ordered_json parsed;
     std::string problem;
-    if (!answer_id(line, id, parsed, problem))
-      return fail_all("answered '" + runtime::one_line(line) + "': " + problem);
+    if (!answer_id(line, id, parsed, problem)) {
+      fail_all("answered '" + runtime::one_line(line) + "': " + problem);
+      return false;
+    }
     const auto it = pending_.find(id);
-    if (it == pending_.end())
-      return fail_all("printed '" + runtime::one_line(line) + "', an answer to no open request (id " +
-                      std::to_string(id) + "): a stray line");
+    if (it == pending_.end()) {
+      fail_all("printed '" + runtime::one_line(line) + "', an answer to no open request (id " + std::to_string(id) +
+               "): a stray line");
+      return false;
+    }
     const Pending p = it->second;
     pending_.erase(it);
+    last_answer_ = Clock::now();
     if (p.episode.empty()) continue;  // a close, acknowledged
     EnvEvent event{p.episode, p.reset, {}, std::nullopt};
-    if (!read_answer(parsed, p.reset, event.answer, problem))
-      return fail_all("answered '" + runtime::one_line(line) + "' for episode " + p.episode + ": " + problem);
+    if (!read_answer(parsed, p.reset, event.answer, problem)) {
+      fail_all("answered '" + runtime::one_line(line) + "' for episode " + p.episode + ": " + problem);
+      return false;
+    }
     ready_.push_back(std::move(event));
   }
+  return true;
 }
 
 }  // namespace tandem::env

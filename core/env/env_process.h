@@ -17,7 +17,10 @@ namespace tandem::env {
 
 struct EnvProcessOptions {
   std::string command;
-  double timeout_s = 60.0;     // the longest any one request may wait for its answer
+  // How long requests may wait while the process answers none of them: a request's clock starts
+  // when it is sent or at the process's latest answer, whichever is later, so a slow process
+  // that works through many pipelined requests in turn is not taken for a hung one.
+  double timeout_s = 60.0;
   bool forward_stderr = true;  // copy the process's stderr to ours (a tail is kept for messages)
 };
 
@@ -52,11 +55,18 @@ class EnvProcess : public Environment {
   void send(int64_t id, Pending pending, const std::string& line);
   // Reads what is there; returns false when stdout reached EOF.
   bool read_out();
-  // Turns the complete lines read so far into events (or fails them all on a protocol breach).
-  void take_lines();
+  // Turns the complete lines read so far into events (or fails them all on a protocol breach);
+  // returns false when it failed them (the process was restarted).
+  bool take_lines();
   // Fails every episode the process held (pending or open), restarts it and re-greets.
   void fail_all(const std::string& why);
+  // Before a reset while the process holds nothing: one that ended between steps (a crash in
+  // close, an OOM kill) is restarted now, not found dead after the new resets were sent to it.
+  void restart_if_ended();
+  bool holds_nothing() const;  // no open episode, no request but closes waiting
+  void restart();
   std::string describe(const std::string& what) const;
+  Clock::duration timeout() const;              // timeout_s
   Clock::time_point deadline_from_now() const;  // now + timeout_s: when an answer sent now is due
 
   EnvProcessOptions options_;
@@ -64,6 +74,7 @@ class EnvProcess : public Environment {
   EnvHello hello_;
   int64_t next_id_ = 0;
   int64_t restarts_ = 0;
+  Clock::time_point last_answer_;       // when the process last answered (or was started)
   std::map<int64_t, Pending> pending_;  // request id -> what it was for
   std::set<std::string> open_;          // episodes reset and not closed (the process holds their state)
   std::deque<EnvEvent> ready_;          // events produced but not yet returned by poll()

@@ -96,7 +96,10 @@ std::vector<EpisodeOutcome> run_episodes(Environment& env, TurnGenerator& genera
       try {
         if (ev.reset) {
           ojson first = ojson::array();
-          if (system_prompt) first.push_back(ojson{{"role", "system"}, {"content", *system_prompt}});
+          // As demonstration_sample lays a warm-start episode out: the recipe's system prompt
+          // unless the environment opens with its own (two would render one mid-prompt).
+          const bool env_system = !ev.answer.messages.empty() && ev.answer.messages[0]["role"] == "system";
+          if (system_prompt && !env_system) first.push_back(ojson{{"role", "system"}, {"content", *system_prompt}});
           for (auto& m : ev.answer.messages) first.push_back(std::move(m));
           st.episode.emplace(format, std::move(first), limits.max_tokens);
           st.out.prompt_len = st.episode->prompt_tokens();

@@ -126,8 +126,8 @@ bool read_answer(const ojson& answer, bool is_reset, EnvAnswer& out, std::string
     out.error = err->get<std::string>();
     return true;
   }
-  if (!read_messages(answer, out.messages, problem)) return false;
   if (is_reset) {
+    if (!read_messages(answer, out.messages, problem)) return false;
     if (out.messages.empty()) return fail(problem, "reset: \"messages\" must hold the episode's first messages");
     if (answer.contains("reward") || answer.contains("done"))
       return fail(problem, "reset: an answer to reset has \"messages\" only (no \"reward\" or \"done\")");
@@ -140,7 +140,9 @@ bool read_answer(const ojson& answer, bool is_reset, EnvAnswer& out, std::string
   const auto done = answer.find("done");
   if (done == answer.end() || !done->is_boolean()) return fail(problem, "step: \"done\" must be true or false");
   out.done = done->get<bool>();
-  if (!out.done && out.messages.empty())
+  if (out.done) return true;  // its messages, if any, are ignored (nothing follows them)
+  if (!read_messages(answer, out.messages, problem)) return false;
+  if (out.messages.empty())
     return fail(problem, "step: an episode that is not done needs the next \"messages\" for the model");
   return true;
 }

@@ -24,7 +24,8 @@ class TurnGenerator {
   virtual void finish(int64_t id) = 0;
   // Advances every live sequence by one token; returns the turns that ended.
   virtual std::vector<GeneratedTurn> step() = 0;
-  virtual bool busy() const = 0;  // some sequence is decoding or waiting for a slot
+  // step() can advance something: a sequence is decoding, or one waits and a slot is free.
+  virtual bool busy() const = 0;
 };
 
 }  // namespace tandem::env

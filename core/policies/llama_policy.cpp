@@ -104,7 +104,7 @@ class LlamaTurns : public env::TurnGenerator {
       out.push_back({r.id, std::move(r.turn.tokens), std::move(r.turn.logp), r.turn.stopped});
     return out;
   }
-  bool busy() const override { return sampler_.live() + sampler_.waiting() > 0; }
+  bool busy() const override { return sampler_.can_advance(); }
 
  private:
   models::TurnSampler sampler_;

@@ -55,6 +55,11 @@ class TurnSampler {
   int64_t live() const { return static_cast<int64_t>(live_.size()); }  // decoding or forcing
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t paused() const { return static_cast<int64_t>(paused_.size()); }
+  // step() would advance something: a live sequence, or a waiting start and a free slot (with
+  // every slot paused on its environment it would do nothing).
+  bool can_advance() const {
+    return !live_.empty() || (!waiting_.empty() && static_cast<int64_t>(live_.size() + paused_.size()) < slots_);
+  }
   // Tokens sequence `id` holds (cached, plus the last sampled one not yet fed back).
   int64_t length(int64_t id) const;
   int64_t capacity() const { return capacity_; }
