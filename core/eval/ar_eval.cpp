@@ -72,8 +72,9 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
     add_stop_strings(episodes->stop, tokenizer_, sp);
     add_stop_strings(episodes->stop, tokenizer_, greedy);
   }
-  std::vector<double> scores;    // per sample of this rank: k sampled then greedy, per prompt
-  double turns = 0, failed = 0;  // over this rank's sampled episodes
+  std::vector<double> scores;            // per sample of this rank: k sampled then greedy, per prompt
+  std::vector<char> failures;            // beside scores: the episode failed (never correct, whatever correct_at)
+  double turns = 0, failed = 0, ok = 0;  // this rank's sampled episodes: turns of those that did not fail
   const int64_t evaluation = evaluations_++;
   for (int64_t first = rank * kEvalChunkPrompts; first < count; first += size * kEvalChunkPrompts) {
     std::vector<models::GenerationRequest> sampled, argmax;
@@ -102,11 +103,16 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
       for (size_t i = 0; i < specs[1].size(); ++i) {
         for (int64_t j = 0; j < k; ++j) {
           const env::EpisodeOutcome& o = outs[0][i * static_cast<size_t>(k) + static_cast<size_t>(j)];
-          scores.push_back(o.end == env::EpisodeEnd::kFailed ? 0.0 : o.reward);
-          turns += o.turns;
-          failed += o.end == env::EpisodeEnd::kFailed ? 1 : 0;
+          const bool lost = o.end == env::EpisodeEnd::kFailed;
+          scores.push_back(lost ? 0.0 : o.reward);
+          failures.push_back(lost);
+          turns += lost ? 0 : o.turns;
+          ok += lost ? 0 : 1;
+          failed += lost ? 1 : 0;
         }
-        scores.push_back(outs[1][i].end == env::EpisodeEnd::kFailed ? 0.0 : outs[1][i].reward);
+        const bool lost = outs[1][i].end == env::EpisodeEnd::kFailed;
+        scores.push_back(lost ? 0.0 : outs[1][i].reward);
+        failures.push_back(lost);
       }
       continue;
     }
@@ -134,20 +140,22 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
       inputs.push_back({p.text, tokenizer_.decode(best[i].tokens, true), p.answer, mine[i] * (k + 1) + k});
     }
     scores = reward.score(inputs);
+    failures.assign(scores.size(), 0);
   }
+  const auto is_correct = [&](size_t at) { return !failures[at] && scores[at] >= eval_.correct_at; };
   // Per prompt: the reward sum of its k samples, how many are correct, whether greedy is.
   torch::Tensor per = torch::zeros({count, 3}, torch::kFloat64);  // (P, 3)
   for (size_t i = 0; i < mine.size(); ++i) {
     double sum = 0, correct = 0;
     for (int64_t j = 0; j < k; ++j) {
-      const double r = scores[i * (k + 1) + j];
-      sum += r, correct += r >= eval_.correct_at ? 1 : 0;
+      sum += scores[i * (k + 1) + j];
+      correct += is_correct(i * (k + 1) + j) ? 1 : 0;
     }
     per[mine[i]][0] = sum, per[mine[i]][1] = correct;
-    per[mine[i]][2] = scores[i * (k + 1) + k] >= eval_.correct_at ? 1.0 : 0.0;
+    per[mine[i]][2] = is_correct(i * (k + 1) + k) ? 1.0 : 0.0;
   }
   dp.all_reduce(per);
-  torch::Tensor episode_sums = torch::tensor({turns, failed}, torch::kFloat64);  // (2)
+  torch::Tensor episode_sums = torch::tensor({turns, failed, ok}, torch::kFloat64);  // (3)
   if (episodes) dp.all_reduce(episode_sums);
   double reward_sum = 0, greedy_correct = 0;
   std::vector<int64_t> correct;
@@ -162,7 +170,8 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   for (int64_t j = 1; j <= k; ++j) m["eval/pass@" + std::to_string(j)] = mean_pass_at_k(k, correct, j);
   m["eval/prompts"] = static_cast<double>(count);
   if (episodes && count > 0) {
-    m["eval/turns_mean"] = episode_sums[0].item<double>() / static_cast<double>(count * k);
+    const double done = episode_sums[2].item<double>();
+    m["eval/turns_mean"] = done > 0 ? episode_sums[0].item<double>() / done : 0;  // as training's: failed left out
     m["eval/failed"] = episode_sums[1].item<double>();
     m["eval/success"] = m["eval/pass@1"];
   }

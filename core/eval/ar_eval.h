@@ -37,8 +37,9 @@ class ArEvaluator {
   // together): dp rank r takes the prompts p with p % dp_size == r. Returns, unprefixed:
   // eval/reward_mean (over every sampled response), eval/pass@1_greedy, eval/pass@k for k = 1..n,
   // eval/prompts, eval/time_s. With `episodes` every response is an episode scored by its summed
-  // step rewards (`reward` is not used), and eval/turns_mean, eval/success (the sampled episodes'
-  // fraction at correct_at or more) and eval/failed (episodes that failed) are added.
+  // step rewards (`reward` is not used), and eval/turns_mean (over the sampled episodes that did not
+  // fail), eval/success (the sampled episodes' fraction at correct_at or more; a failed episode
+  // never counts, whatever correct_at) and eval/failed (sampled episodes that failed) are added.
   MetricMap evaluate(TextPolicy& policy, rewards::RewardFn& reward, parallel::Communicator& dp,
                      const EpisodeEval* episodes = nullptr);
 

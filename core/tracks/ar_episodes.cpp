@@ -4,6 +4,7 @@
 // with the sum of its step rewards as its reward. Failed episodes are left out, and counted.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -43,8 +44,10 @@ std::vector<ArSample> ArTrack::generate_episodes(int64_t step, const std::vector
                        env_seed, models::sample_seed(config_.run.seed, step, p.slot, k)});
   }
   const int64_t restarts_before = environment.restarts();
-  auto generator =
-      policy_->turn_generator(sp, std::min<int64_t>(e.slots, static_cast<int64_t>(specs.size())), limits.max_tokens);
+  // A dp rank may have no prompts this step (prompts_per_step < dp): one slot, no episodes, and it
+  // still joins the reductions below.
+  auto generator = policy_->turn_generator(sp, std::clamp<int64_t>(static_cast<int64_t>(specs.size()), 1, e.slots),
+                                           limits.max_tokens);
   const auto outcomes = env::run_episodes(environment, *generator, *episodes_->conversation, specs, limits,
                                           format_->stop_ids(), format_->system_prompt());
   metrics["time/generate_s"] += seconds_since(t0);

@@ -272,9 +272,14 @@ void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metri
   MetricReduction r;
   add_reward_sums(local, r);
   r.sum("response_tokens", 0);
+  r.sum("sampled_tokens", 0);
   r.max("response_len_max", 0);
+  // An episode's response holds the environment's and the template's tokens besides the sampled
+  // ones (its mask-1 tokens): only those count as generated.
+  const bool episodes = config_.tracks.ar.env.enabled();
   for (const auto& s : local) {
     r.sum("response_tokens", static_cast<double>(s.response_len()));
+    r.sum("sampled_tokens", static_cast<double>(episodes ? s.action_tokens() : s.response_len()));
     r.max("response_len_max", static_cast<double>(s.response_len()));
   }
   r.reduce(*comms_.dp);
@@ -283,7 +288,7 @@ void ArTrack::rollout_stats(const std::vector<ArSample>& local, MetricMap& metri
   metrics["response/len_max"] = r["response_len_max"];
   // Generated tokens of every dp rank over this rank's generation time (tp / cp peers count once).
   if (metrics["time/generate_s"] > 0)
-    metrics["perf/rollout_tokens_per_s"] = r["response_tokens"] / metrics["time/generate_s"];
+    metrics["perf/rollout_tokens_per_s"] = r["sampled_tokens"] / metrics["time/generate_s"];
 }
 
 void ArTrack::set_advantages(std::vector<ArSample>& local) const {

@@ -163,12 +163,28 @@ else
   bad "resume with episodes is not exact: $(tail -3 "$out/compare.log" 2>/dev/null) $(tail -5 "$out/resumed.log")"
 fi
 
-run all_fail --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash-all"
+# Evaluated first, with correct_at 0: a failed episode (scored 0) must not count as a success.
+run all_fail --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/fake_env.py crash-all" \
+  --set eval.at_start=true --set eval.every=1 --set eval.correct_at=0 --set eval.max_prompts=2
 code=$?
 if [ $code -eq 2 ] && grep -q "more than env.max_failed_fraction" "$out/all_fail.log"; then
   ok "every episode failing stops the run with exit 2: $(grep -o 'tracks.ar.env: [^;]*' "$out/all_fail.log" | head -1)"
 else
   bad "all episodes failing: exit $code, $(tail -8 "$out/all_fail.log")"
+fi
+esuccess=$(metric all_fail ar/eval/success); efailed=$(metric all_fail ar/eval/failed)
+if "$py" -c "import sys; sys.exit(0 if float('$esuccess') == 0 and float('$efailed') > 0 else 1)" 2>/dev/null; then
+  ok "eval: failed episodes never count as successes, even at correct_at 0 (ar/eval/success $esuccess, ar/eval/failed $efailed)"
+else
+  bad "eval with every episode failing at correct_at 0: ar/eval/success $esuccess, ar/eval/failed $efailed"
+fi
+
+# A dp rank may have no prompt in a step (prompts_per_step 1 on 2 ranks): it plays no episode and
+# still joins the step's reductions.
+if run one_prompt --set tracks.ar.rollout.prompts_per_step=1 --set run.steps=1; then
+  ok "one prompt on 2 ranks: the rank without one joins the step (env/turns_mean $(metric one_prompt ar/env/turns_mean))"
+else
+  bad "one prompt on 2 ranks: $(tail -8 "$out/one_prompt.log")"
 fi
 
 # env.samples: turn trains each model turn as its own sample (context: the episode before it). Under
