@@ -163,14 +163,14 @@ int export_lora(const std::string& dir, const std::string& out, const std::strin
     const torch::Dtype dtype = export_dtype(dtype_name, config);
     for (const auto& f : fs::directory_iterator(base)) {
       const std::string name = f.path().filename().string();
-      if (!f.is_regular_file() || f.path().extension() == ".safetensors" || name == models::kHfIndexFile) continue;
+      if (!f.is_regular_file() || models::is_hf_weight_file(name)) continue;  // the base's weights, any format
       fs::copy_file(f.path(), tmp / name);
     }
     std::map<std::string, torch::Tensor> weights = models::gather_hf_state(*policy->model());
     for (auto& [name, t] : weights) t = t.to(dtype);
     models::save_hf_weights(tmp.string(), weights);
     nlohmann::json hf = models::read_hf_config(tmp.string());
-    hf["torch_dtype"] = models::hf_dtype_name(dtype);
+    models::set_hf_dtype(hf, dtype);
     std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
     for (const auto& f : fs::directory_iterator(tmp))
       if (f.path().extension() == ".safetensors") models::read_safetensors_header(f.path().string());
@@ -215,7 +215,7 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out, const st
   for (auto& [name, t] : weights) t = t.to(dtype);
   models::save_hf_weights(tmp.string(), weights);
   nlohmann::json hf = models::read_hf_config(tmp.string());
-  hf["torch_dtype"] = models::hf_dtype_name(dtype);
+  models::set_hf_dtype(hf, dtype);
   std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
   if (config.tracks.ar.tokenizer.kind == TokenizerKind::kHf && !fs::exists(tmp / "tokenizer.json") &&
       config.tracks.ar.tokenizer.path) {  // a checkpoint from before ar_model/ held the tokenizer

@@ -105,6 +105,17 @@ std::map<std::string, torch::Tensor> load_hf_weights(const std::string& dir) {
   return out;
 }
 
+bool is_hf_weight_file(const std::string& name) {
+  std::string base = name;
+  if (const std::string index = ".index.json";
+      base.size() > index.size() && base.compare(base.size() - index.size(), index.size(), index) == 0)
+    base.resize(base.size() - index.size());
+  const std::string ext = fs::path(base).extension().string();
+  for (const char* e : {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx"})
+    if (ext == e) return true;
+  return false;
+}
+
 std::map<std::string, HfWeightEntry> read_hf_weight_headers(const std::string& dir) {
   const fs::path d(dir);
   std::error_code ec;

@@ -71,6 +71,11 @@ struct HfWeightEntry {
 };
 std::map<std::string, HfWeightEntry> read_hf_weight_headers(const std::string& dir);
 
+// True for a file name that holds or indexes a model's weights in any format transformers and its
+// peers write (*.safetensors, *.bin, *.pt, *.pth, *.ckpt, *.h5, *.msgpack, *.gguf, *.onnx, and
+// their *.index.json): what a directory of new weights must not carry over from the old.
+bool is_hf_weight_file(const std::string& name);
+
 // Writes a Hugging Face weight directory (created if missing): one `model.safetensors` when the
 // tensors total at most `max_shard_bytes`, otherwise greedy shards in name order named
 // `model-0000k-of-0000n.safetensors` (a tensor larger than the limit gets a shard of its own)

@@ -104,3 +104,13 @@ TEST_CASE("write llama dirs for the Python reference", "[.llama_writer]") {
                        name == "tiny_llama" ? 30'000 : models::kDefaultMaxShardBytes);
   }
 }
+
+TEST_CASE("set_hf_dtype sets every spelling config.json has, so none is left stale", "[llama][weights]") {
+  nlohmann::json v5{{"dtype", "bfloat16"}}, both{{"dtype", "bfloat16"}, {"torch_dtype", "bfloat16"}}, none{};
+  models::set_hf_dtype(v5, torch::kFloat32);
+  CHECK(v5 == nlohmann::json{{"dtype", "float32"}});  // transformers 5 reads "dtype"
+  models::set_hf_dtype(both, torch::kFloat32);
+  CHECK(both == nlohmann::json{{"dtype", "float32"}, {"torch_dtype", "float32"}});
+  models::set_hf_dtype(none, torch::kBFloat16);
+  CHECK(none == nlohmann::json{{"torch_dtype", "bfloat16"}});
+}

@@ -476,3 +476,13 @@ TEST_CASE("write files for the Python reader", "[.writer]") {
   for (const auto& [file, want] : expected()["files"].items())
     save_safetensors((fs::path(out) / file).string(), expected_tensors(want["tensors"]), expected_metadata(want));
 }
+
+TEST_CASE("is_hf_weight_file: every format's weights and indexes, nothing else", "[safetensors]") {
+  for (const char* name : {"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+                           "pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.pth", "tf_model.h5",
+                           "flax_model.msgpack", "model.gguf", "model.onnx", "training_args.bin"})
+    CHECK(models::is_hf_weight_file(name));
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                           "tokenizer.model", "special_tokens_map.json", "README.md", "chat_template.jinja"})
+    CHECK_FALSE(models::is_hf_weight_file(name));
+}

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "common/error.h"
@@ -12,6 +13,7 @@
 #include "core/policies/unified_policy.h"
 #include "core/run/checkpoint_manifest.h"
 #include "models/llama/weights.h"
+#include "models/safetensors.h"
 #include "models/unified/weights.h"
 
 namespace fs = std::filesystem;
@@ -19,12 +21,13 @@ namespace fs = std::filesystem;
 namespace tandem {
 
 nlohmann::json hf_dir_identity(const std::string& hf_dir) {
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(hf_dir))
-    if (e.path().extension() == ".safetensors") files.push_back(e.path().filename().string());
-  std::sort(files.begin(), files.end());
+  // Exactly the files the loader reads (model.safetensors, else the index's shards, wherever the
+  // index puts them): not a Mistral repo's unused consolidated.safetensors beside its shards.
+  std::set<std::string> files;
+  for (const auto& [name, entry] : models::read_hf_weight_headers(hf_dir))
+    files.insert(fs::path(entry.file).lexically_relative(hf_dir).generic_string());
   std::string digests;
-  for (const auto& f : files) digests += f + ":" + hex64(file_xxh64(hf_dir + "/" + f)) + ";";
+  for (const auto& f : files) digests += f + ":" + hex64(file_xxh64((fs::path(hf_dir) / f).string())) + ";";
   return {{"source", "hf_dir"}, {"path", hf_dir}, {"weights_xxh64", hex64(xxh64(digests.data(), digests.size()))}};
 }
 

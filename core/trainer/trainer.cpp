@@ -62,12 +62,19 @@ std::string recipe_hash(const std::string& recipe_yaml) {
 
 std::string incompatible_change(const Config& saved, const Config& current) {
   // Compare only what a checkpoint's tensors depend on, through the resolved YAML text.
-  auto shape_of = [](const Config& c) {
+  // A tokenizer read from the model directory moves with it (the LoRA base is checked by its
+  // weights' identity): when both recipes read theirs so, the paths are not compared.
+  const auto from_model_dir = [](const Config& c) {
+    return c.tracks.ar.tokenizer.path && c.tracks.ar.tokenizer.path == c.tracks.ar.model.hf_dir;
+  };
+  const bool moved_with_model = from_model_dir(saved) && from_model_dir(current);
+  auto shape_of = [moved_with_model](const Config& c) {
     Config only;
     only.tracks.ar.enabled = c.tracks.ar.enabled;
     only.tracks.ar.model = c.tracks.ar.model;
     only.tracks.ar.model.hf_dir.reset();  // where the initial weights came from does not matter
     only.tracks.ar.tokenizer = c.tracks.ar.tokenizer;
+    if (moved_with_model) only.tracks.ar.tokenizer.path.reset();
     only.tracks.ar.lora = c.tracks.ar.lora;  // the adapters' shapes (the base is checked by its identity)
     only.tracks.image.enabled = c.tracks.image.enabled;
     only.tracks.image.model = c.tracks.image.model;

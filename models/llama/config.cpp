@@ -55,6 +55,16 @@ void require_positive(const char* field, int64_t v) {
 
 }  // namespace
 
+void set_hf_dtype(nlohmann::json& config, torch::ScalarType dtype) {
+  bool set = false;
+  for (const char* key : {"dtype", "torch_dtype"})
+    if (config.contains(key)) {
+      config[key] = hf_dtype_name(dtype);
+      set = true;
+    }
+  if (!set) config["torch_dtype"] = hf_dtype_name(dtype);
+}
+
 const char* hf_dtype_name(torch::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat32:
@@ -359,7 +369,7 @@ nlohmann::json to_hf_config(const LlamaConfig& c, torch::ScalarType dtype, const
   // The base's spelling is kept: transformers 5 writes dtype and rope_parameters, older versions
   // torch_dtype, rope_theta and rope_scaling; both versions read either.
   const bool v5 = j.contains("rope_parameters") && !j.contains("rope_scaling");
-  j[j.contains("dtype") && !j.contains("torch_dtype") ? "dtype" : "torch_dtype"] = hf_dtype_name(dtype);
+  set_hf_dtype(j, dtype);
   for (const auto& [key, value] : arch.items()) j[key] = value;
   if (c.explicit_head_dim > 0 || gemma)  // Gemma 3's default head_dim (256) is not hidden / heads
     j["head_dim"] = c.head_dim();

@@ -94,5 +94,8 @@ const char* rope_scaling_name(RopeScalingKind kind);
 
 // The Hugging Face `torch_dtype` name of a float dtype ("float32", ...); UserError for others.
 const char* hf_dtype_name(torch::ScalarType dtype);
+// Sets config.json's dtype: every spelling it has (transformers 5 reads "dtype", older versions
+// "torch_dtype"; a file with both and one left stale loads at the stale one), "torch_dtype" when none.
+void set_hf_dtype(nlohmann::json& config, torch::ScalarType dtype);
 
 }  // namespace tandem::models

@@ -1,0 +1,24 @@
+// What resume compares between a checkpoint's recipe and the current one (trainer.h's
+// incompatible_change): the shapes its tensors depend on, not where the model directory lies.
+#include <catch2/catch.hpp>
+
+#include "core/trainer/trainer.h"
+
+using namespace tandem;
+
+TEST_CASE("resume: a model directory may move with the tokenizer read from it; a tokenizer of its own may not",
+          "[trainer]") {
+  Config saved, now;
+  saved.tracks.ar.model.hf_dir = "/old/qwen";
+  saved.tracks.ar.tokenizer.path = "/old/qwen";
+  now.tracks.ar.model.hf_dir = "/new/qwen";
+  now.tracks.ar.tokenizer.path = "/new/qwen";
+  CHECK(incompatible_change(saved, now).empty());
+  // The old tokenizer named with a new model directory: the same path, so the same tokenizer.
+  now.tracks.ar.tokenizer.path = "/old/qwen";
+  CHECK(incompatible_change(saved, now).empty());
+  // Control: a tokenizer named apart from the model is compared by its path.
+  saved.tracks.ar.tokenizer.path = "/tok/a";
+  now.tracks.ar.tokenizer.path = "/tok/b";
+  CHECK_THAT(incompatible_change(saved, now), Catch::Contains("tokenizer"));
+}
