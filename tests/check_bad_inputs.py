@@ -181,6 +181,19 @@ expect("a reference answer without a number",
         "--set", "tracks.ar.data.prompt_key=question", "--set", "tracks.ar.reward.kind=math_answer",
         "--set", "tracks.ar.tokenizer.alphabet=0123456789 Howmanyre?"],
        "data_no_number.jsonl:2: the reference answer has no number")
+expect("a reference answer of two numbers (a fraction)",
+       ["check-config", "--set", "tracks.ar.data.task=jsonl", "--set",
+        f"tracks.ar.data.path={bad / 'data_fraction_answer.jsonl'}",
+        "--set", "tracks.ar.data.prompt_key=question", "--set", "tracks.ar.reward.kind=math_answer",
+        "--set", "tracks.ar.tokenizer.alphabet=0123456789 Howmanyreuchfit?"],
+       "data_fraction_answer.jsonl:2: the reference answer holds 2 numbers")
+# (A tokenizer without BOS and no chat template: the char tokenizer's BOS would open it.)
+expect("an empty prompt", ["check-config", "--set", "tracks.ar.data.task=jsonl", "--set",
+                           f"tracks.ar.data.path={bad / 'data_empty_prompt.jsonl'}",
+                           "--set", "tracks.ar.tokenizer.kind=hf", "--set",
+                           f"tracks.ar.tokenizer.path={root / 'tests/fixtures/tokenizers/bytelevel_tiny'}",
+                           "--set", "tracks.ar.data.chat_template=none", "--set", "tracks.ar.model.vocab_size=512"],
+       "data_empty_prompt.jsonl:2: the prompt encodes to no tokens")
 expect("a data file that is a FIFO", ["check-config", "--set", "tracks.ar.data.task=jsonl",
                                       "--set", f"tracks.ar.data.path={fifo(work / 'data.fifo')}"],
        "not a regular file", timeout=20)

@@ -55,6 +55,33 @@ TEST_CASE("number extraction handles signs, separators and decimals", "[rewards]
   CHECK(final_number("a 1 b 2.5") == 2.5);
   CHECK_FALSE(final_number("#### none"));
   CHECK_FALSE(final_number(""));
+  // Signs only where they are signs; a bare fraction; LaTeX's thousands separator.
+  CHECK(find_numbers("-$5 off, COVID-19, \xE2\x88\x92"
+                     "7") == V{"-5", "19", "-7"});
+  CHECK(find_numbers("is .5 or 3.5") == V{"0.5", "3.5"});
+  CHECK(find_numbers("\\boxed{1{,}000}") == V{"1000"});
+  // A "####" heading followed by words is not the answer marker: the last number is.
+  CHECK(final_number("#### Step 2: total\nShe pays 3 * 24 = 72 dollars.\nThe answer is 72.") == 72.0);
+  CHECK(final_number("The answer is 72.\n####") == 72.0);
+  CHECK(final_number("#### 72\n#### Check: done") == 72.0);  // the last marker that a number follows
+  CHECK(final_number("####-$5") == -5.0);
+}
+
+TEST_CASE("math_answer's reference must hold one number after its marker", "[rewards]") {
+  CHECK(math_reference_problem("Work: 48/2 = 24.\n#### 72").empty());
+  CHECK(math_reference_problem("1,000").empty());
+  CHECK(reference_number("#### 1,000") == 1000.0);
+  // A fraction, a root or a time was read as its last number: "\frac{1}{2}" matched "\frac{3}{2}".
+  for (const char* bad : {"\\frac{1}{2}", "2\\sqrt{3}", "3:00 pm", "#### 1/2"}) {
+    INFO(bad);
+    CHECK_THAT(math_reference_problem(bad), Catch::Contains("holds 2 numbers") && Catch::Contains("'#### N'"));
+    CHECK_FALSE(reference_number(bad));
+  }
+  CHECK_THROWS_WITH(math_answer_score("\\boxed{\\frac{3}{2}}", "\\frac{1}{2}", 4),
+                    Catch::Contains("sample 4") && Catch::Contains("holds 2 numbers"));
+  CHECK(reference_problem("math_answer", "\\frac{1}{2}") ==
+        "the reference answer holds 2 numbers where math_answer compares one (a fraction, a root or a time cannot "
+        "be compared as one number): end it with '#### N'");
 }
 
 TEST_CASE("math_answer compares the final numbers of response and answer", "[rewards]") {

@@ -56,8 +56,9 @@ std::unique_ptr<RewardFn> make_reward(const std::string& kind, const std::option
 }
 
 std::string reference_problem(const std::string& kind, const std::string& answer) {
-  if (kind == "math_answer" && !final_number(answer))
-    return "the reference answer has no number for math_answer to compare against";
+  if (kind == "math_answer") {
+    if (const std::string why = math_reference_problem(answer); !why.empty()) return "the reference answer " + why;
+  }
   if ((kind == "exact_match" || kind == "partial_match") && answer.empty())
     return "the reference answer is empty, so " + kind + " could never score a response";
   return "";

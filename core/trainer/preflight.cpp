@@ -99,6 +99,10 @@ void check_data(const Config& c, const ArDataConfig& data, const std::string& ke
                         ar.reward.kind + ")");
     }
     const auto n = static_cast<int64_t>(format.encode(p.text).size());
+    if (n == 0)
+      throw UserError(where +
+                      ": the prompt encodes to no tokens (empty, with no chat template or BOS to open it); "
+                      "fill it or remove the line");
     longest = std::max(longest, n);
     if (n + new_tokens > ar.model.max_seq_len)
       throw UserError(where + ": the prompt is " + std::to_string(n) + " tokens" +
