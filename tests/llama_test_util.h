@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,11 @@
 
 namespace tandem::test {
 
+// TANDEM_FIXTURES_DIR in the environment wins over the build's: a packed test binary runs where the
+// source tree is elsewhere (scripts/gpu/check.sh on a GPU machine).
 inline std::string llama_fixture(const std::string& name) {
-  return std::string(TANDEM_FIXTURES_DIR) + "/llama/" + name;
+  const char* dir = std::getenv("TANDEM_FIXTURES_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : TANDEM_FIXTURES_DIR) + "/llama/" + name;
 }
 
 // The same sequences in the packed THD layout and the padded (B, T) layout; targets are the next

@@ -109,3 +109,26 @@ TEST_CASE("stop strings end a response where the real tokenizer merged them with
   CHECK(std::count(sp.stop_ids.begin(), sp.stop_ids.end(), call[0]) == 1);
   CHECK(models::ends_at_stop(tok->encode("<tool_call>\n{}\n</tool_call>"), sp));
 }
+
+TEST_CASE("the token a template closes an assistant turn with stops a response", "[prompt_format]") {
+  // Llama 3: tokenizer and config say <|end_of_text|>, the template ends turns with <|eot_id|>.
+  for (const auto& [name, end] : {std::pair<std::string, std::string>{"llama3", "<|eot_id|>"},
+                                  {"llama3_1", "<|eot_id|>"},
+                                  {"qwen2_5", "<|im_end|>"},
+                                  {"gemma3", "<end_of_turn>"}}) {
+    INFO(name);
+    const std::string dir = test::real_tokenizer_dir(name);
+    if (!std::filesystem::exists(dir + "/tokenizer.json")) {
+      WARN("skipping: the real " << name << " tokenizer is not in " << dir);
+      continue;
+    }
+    const auto tok = models::load_hf_tokenizer(dir);
+    PromptFormatOptions o;
+    o.tokenizer_path = dir;
+    const PromptFormat format(o, *tok);
+    const auto id = tok->token_to_id(end);
+    REQUIRE(id);
+    CHECK(std::count(format.stop_ids().begin(), format.stop_ids().end(), *id) == 1);
+    if (name == "llama3") CHECK(tok->eos_id() != id);  // control: the tokenizer's eos is another token
+  }
+}

@@ -45,7 +45,8 @@ bool quantizes_moments(const torch::Tensor& param) {
   return param.numel() >= kMinQuantizedNumel && param.numel() % kMomentBlock == 0;
 }
 
-BlockwiseCodes quantize_blockwise(const torch::Tensor& x, const torch::Tensor& qmap) {
+BlockwiseCodes quantize_blockwise(const torch::Tensor& x, const torch::Tensor& host_qmap) {
+  const torch::Tensor qmap = host_qmap.to(x.device());  // (256) the tables are built on the host
   TORCH_CHECK(x.numel() % kMomentBlock == 0, "quantize_blockwise: ", x.numel(), " elements is not a multiple of ",
               kMomentBlock);
   const torch::Tensor blocks = x.reshape({-1, kMomentBlock});                 // (N / 256, 256)
@@ -60,7 +61,8 @@ BlockwiseCodes quantize_blockwise(const torch::Tensor& x, const torch::Tensor& q
   return {codes.to(torch::kUInt8).view(x.sizes()), scale};
 }
 
-torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor& qmap) {
+torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor& host_qmap) {
+  const torch::Tensor qmap = host_qmap.to(q.codes.device());                             // (256)
   const torch::Tensor v = qmap.index_select(0, q.codes.reshape({-1}).to(torch::kLong));  // (N,)
   return (v.view({-1, kMomentBlock}) * q.scale.view({-1, 1})).view(q.codes.sizes());
 }

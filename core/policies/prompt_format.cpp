@@ -82,7 +82,29 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
   }
   for (const int64_t id : o.model_eos_ids) add_unique(stop_ids_, id);
   model_vocab_ = o.model_vocab;
-  if (chat_template_) render("check");  // a template that cannot render a plain turn fails now, not mid-run
+  if (chat_template_) {
+    render("check");  // a template that cannot render a plain turn fails now, not mid-run
+    // The token the template closes an assistant turn with (Llama 3's <|eot_id|>, whose tokenizer
+    // and config name <|end_of_text|> as eos): without it a model without a generation_config.json
+    // would never stop.
+    if (const auto id = turn_end_id(); id) add_unique(stop_ids_, *id);
+  }
+}
+
+std::optional<int64_t> PromptFormat::turn_end_id() const {
+  const std::string content = "tandem-turn-end-probe";
+  std::string text;
+  try {
+    text = chat_template_->render(std::vector<models::ChatMessage>{{"user", "Hi"}, {"assistant", content}},
+                                  /*add_generation_prompt=*/false, nlohmann::json::parse(template_kwargs_));
+  } catch (const UserError&) {
+    return std::nullopt;  // a template that renders no closed assistant turn has no such token to find
+  }
+  const size_t at = text.rfind(content);
+  if (at == std::string::npos) return std::nullopt;
+  const std::vector<int64_t> after = tokenizer_.encode(text.substr(at + content.size()));
+  if (after.empty() || !tokenizer_.is_special(after.front())) return std::nullopt;
+  return after.front();
 }
 
 PromptFormat::~PromptFormat() = default;

@@ -58,12 +58,16 @@ class PromptFormat {
   const std::optional<std::string>& system_prompt() const { return system_prompt_; }
   const std::string& template_source() const;                              // "" without a template
   const std::string& template_origin() const { return template_origin_; }  // the file it came from
-  // Every id that ends a response, without repeats: tokenizer EOS, template eos_token, model ids.
+  // Every id that ends a response, without repeats: tokenizer EOS, template eos_token, model ids,
+  // and the special token the template closes an assistant turn with.
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
   // "chat template <file>, system prompt: yes, stop: <|im_end|> <|endoftext|>" for the start-up log.
   std::string describe() const;
 
  private:
+  // The special token right after an assistant turn's content in the template's rendering, if any.
+  std::optional<int64_t> turn_end_id() const;
+
   const models::Tokenizer& tokenizer_;
   std::unique_ptr<models::ChatTemplate> chat_template_;
   std::string template_kwargs_;  // a JSON object of the extra variables

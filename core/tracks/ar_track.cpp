@@ -29,6 +29,7 @@
 #include "models/llama/weights.h"
 #include "models/safetensors.h"
 #include "models/unified/weights.h"
+#include "parallel/vocab_parallel_logprob.h"
 #include "runtime/host_memory.h"
 #include "runtime/timing.h"
 
@@ -124,7 +125,9 @@ ArTrack::ArTrack(const Config& config, const TrainerComms& comms, torch::Device 
   update_.kl_coef = ar.algo.kl.coef;
   update_.kl_estimator = ar.algo.kl.estimator;
   update_.entropy_coef = ar.algo.entropy_coef;
-  update_.dtype = dtype;
+  // The per-token floats (advantages, rollout log-probs) in the log-probs' dtype: bf16 would round
+  // a rollout log-prob near -8 by up to 1/32, and the importance ratio with it.
+  update_.dtype = parallel::logits_dtype(dtype);
   update_.reuse_old_logp = ar.algo.old_logp == OldLogp::kReuse;
   update_.report_entropy = ar.algo.old_logp != OldLogp::kRecompute;  // recompute reports it for free
   update_.tis_cap = ar.algo.tis_cap;

@@ -69,6 +69,7 @@ else
   nvidia_libs=$(find "$(dirname "$torch_dir")/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | tr '\n' ':')
   p=$prefix/tandem-gpu
   export CHECK_OUT=$(cd "$out" && pwd) CHECK_DRY=$dry CHECK_PYTHON=$python CHECK_PREFIX=$prefix
+  export TANDEM_FIXTURES_DIR=$repo/tests/fixtures  # the packed tests were built where the tree was elsewhere
   export LD_LIBRARY_PATH="$p/lib:$p/openmpi/usr/lib/x86_64-linux-gnu:$p/openmpi/usr/lib/x86_64-linux-gnu/openmpi/lib:$torch_dir/lib:$nvidia_libs${LD_LIBRARY_PATH:-}"
   export PATH="$p/bin:$p/openmpi/usr/bin:$PATH"
   export OPAL_PREFIX=$p/openmpi/usr OPAL_SYSCONFDIR=$p/openmpi/etc/openmpi
