@@ -94,7 +94,13 @@ int run_train(const TrainArgs& args, int argc, char** argv) {
     if (config.parallel.backend == Backend::kNccl && !cuda)
       throw UserError("parallel.backend: nccl needs run.device cuda (or auto with a visible GPU)");
     if (cuda && config.parallel.backend != Backend::kMpi && parallel::nccl_available()) {
-      const int device = static_cast<int>(mpi.local_rank() % std::max<int64_t>(1, torch::cuda::device_count()));
+      // NCCL refuses two ranks on one GPU with "Duplicate GPU detected": say what to do instead.
+      const int64_t gpus = std::max<int64_t>(1, torch::cuda::device_count());
+      if (mpi.local_size() > gpus)
+        throw UserError(std::to_string(mpi.local_size()) + " ranks run on this node and it has " +
+                        std::to_string(gpus) + " GPU(s): NCCL needs one GPU per rank; start at most " +
+                        std::to_string(gpus) + " ranks per node, or set parallel.backend: mpi");
+      const int device = static_cast<int>(mpi.local_rank() % gpus);
       nccl_tp = parallel::make_nccl_communicator(groups, Axis::kTp, timeout, device);
       nccl_cp = parallel::make_nccl_communicator(groups, Axis::kCp, timeout, device);
       nccl_grad = parallel::make_nccl_communicator(groups, Axis::kDpCp, timeout, device);
