@@ -58,6 +58,8 @@ TEST_CASE("sigma_schedule matches the reference (float64 1e-15 absolute)", "[flo
     CHECK(s[0].item<double>() == 1.0);  // exactly: the sigma == 1 guard depends on it
     CHECK(s[-1].item<double>() == 0.0);
   }
+  // A shift whose formula rounds at t = 1 (0.3 / (1 + (0.3 - 1)) = 1 - 2^-52 in float64).
+  CHECK(sigma_schedule(10, 0.3)[0].item<double>() == 1.0);
 }
 
 TEST_CASE("sde_step matches the reference in float64 (1e-12 relative, floor 1)", "[flow_sde]") {

@@ -58,4 +58,13 @@ TEST_CASE("write_png_grid writes a PNG that decodes to the grid", "[image_reward
   stbi_image_free(data);
   fs::remove(path);
   CHECK_THROWS_AS(write_png_grid("/nonexistent-dir/x.png", images, 3), std::runtime_error);
+  // Padding 0 (what a command reward gets): the image alone, its own size, no white frame.
+  write_png_grid(path.string(), images.slice(0, 0, 1), 1, /*padding=*/0);
+  data = stbi_load(path.string().c_str(), &w, &h, &c, 0);
+  REQUIRE(data != nullptr);
+  CHECK(w == 8);
+  CHECK(h == 8);
+  CHECK(std::equal(first.begin(), first.end(), data));
+  stbi_image_free(data);
+  fs::remove(path);
 }

@@ -68,6 +68,19 @@ TEST_CASE("metrics.jsonl: one line per step, truncated past the resumed step", "
   lines = read_metrics_jsonl(dir + "/metrics.jsonl");
   REQUIRE(lines.size() == 4);
   CHECK(lines.back().second.at("reward/mean") == 9.0);
+  // A fresh start over an earlier attempt (no checkpoint: step 0) drops its step-0 line too, which
+  // the new run writes again (eval.at_start): no duplicate.
+  {
+    MetricsWriter w(dir, -1);
+    w.write(0, {{"eval/reward_mean", 0.5}});
+  }
+  {
+    MetricsWriter w(dir, 0);
+    w.write(0, {{"eval/reward_mean", 0.25}});
+  }
+  lines = read_metrics_jsonl(dir + "/metrics.jsonl");
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].second.at("eval/reward_mean") == 0.25);
   CHECK(is_timing_metric("time/step_s"));
   CHECK_FALSE(is_timing_metric("reward/mean"));
   std::filesystem::remove_all(dir);

@@ -340,6 +340,12 @@ void validate_image(const Config& c) {
   require(m.hidden_size % m.num_heads == 0, mp + ".num_heads",
           std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
   require(im.sampler.eval_steps >= 1 && im.sampler.steps >= 1, "tracks.image.sampler.steps", "must be >= 1");
+  // The image track shards its work over dp only: under cp every cp rank would train the same
+  // samples and the gradient reduction (over dp x cp) would add them up cp times.
+  require(c.parallel.cp == 1, "parallel.cp",
+          std::to_string(c.parallel.cp) +
+              " with tracks.image: the image track does not split its work over cp ranks (each would train "
+              "the same samples, and their gradients would count cp times); use cp 1 with the image track");
   // Dumping and replaying rollouts exist for the AR track only; accepting the keys here would
   // silently do nothing.
   require(!im.rollout.dump, "tracks.image.rollout.dump", "is not implemented for the image track; set it to false");

@@ -224,7 +224,7 @@ struct LoraConfig {
 struct ArEnvConfig {
   std::string name = "none";               // none | calculator | guess | lookup | command
   std::optional<std::string> command;      // name command: the process to run (one per rank)
-  double timeout_s = 60.0;                 // the longest wait for any one answer of the environment
+  double timeout_s = 60.0;                 // the longest the environment may leave requests unanswered
   int64_t max_turns = 0;                   // model turns per episode; 0: the environment's own (its hello)
   std::optional<int64_t> max_turn_tokens;  // sampled tokens per turn; null: rollout.max_new_tokens
   std::optional<int64_t> max_tokens;       // an episode's whole sequence; null: model.max_seq_len

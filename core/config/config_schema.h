@@ -252,7 +252,7 @@ template <class V>
 void visit(V& v, SamplerConfig& c) {
   v.field("steps", c.steps, at_least(1));
   v.field("eval_steps", c.eval_steps, at_least(1));
-  v.field("noise_level", c.noise_level, at_least(0));
+  v.field("noise_level", c.noise_level, above(0));  // 0: no noise, no log-prob (the ODE sampler's Euler step)
   v.field("shift", c.shift, above(0));
   v.field("cfg", c.cfg, at_least(0));
   v.field("timestep_fraction", c.timestep_fraction, open_closed(0, 1));

@@ -58,8 +58,8 @@ torch::Tensor image_grid(const torch::Tensor& images, int64_t nrow, int64_t padd
   return grid;
 }
 
-void write_png_grid(const std::string& path, const torch::Tensor& images, int64_t nrow) {
-  const torch::Tensor grid = image_grid(images, nrow);  // (C, H', W')
+void write_png_grid(const std::string& path, const torch::Tensor& images, int64_t nrow, int64_t padding) {
+  const torch::Tensor grid = image_grid(images, nrow, padding);  // (C, H', W')
   const std::vector<uint8_t> pixels = to_pixels(grid);
   const int c = static_cast<int>(grid.size(0)), h = static_cast<int>(grid.size(1)), w = static_cast<int>(grid.size(2));
   if (!stbi_write_png(path.c_str(), w, h, c, pixels.data(), w * c))

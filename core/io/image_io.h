@@ -29,6 +29,6 @@ std::vector<uint8_t> encode_jpeg(const torch::Tensor& image, int quality);
 torch::Tensor image_grid(const torch::Tensor& images, int64_t nrow, int64_t padding = 2);
 
 // image_grid() written as a PNG file. Throws std::runtime_error when the file cannot be written.
-void write_png_grid(const std::string& path, const torch::Tensor& images, int64_t nrow);
+void write_png_grid(const std::string& path, const torch::Tensor& images, int64_t nrow, int64_t padding = 2);
 
 }  // namespace tandem

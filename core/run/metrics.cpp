@@ -50,15 +50,20 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_step) : 
     std::ifstream in(path_);
     const std::string tmp = path_ + ".tmp";
     std::ofstream out(tmp, std::ios::trunc);
+    // A run from step 0 (a fresh start over an earlier attempt, or a resume of a step-0
+    // checkpoint) writes step 0's lines (eval.at_start) again: they go too.
+    const int64_t kept_up_to = resume_step == 0 ? -1 : resume_step;
     for (std::string line; std::getline(in, line);) {
       if (line.empty()) continue;
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       // Only the steps the resumed run does again go; a line this reader cannot place is kept.
-      const bool redone = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-                          j["step"].get<int64_t>() > resume_step;
+      const bool redone =
+          j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > kept_up_to;
       if (!redone) out << line << "\n";
     }
     out.close();
+    // A short copy must not replace the history (a full disk shows here, not at each line).
+    if (!out) throw UserError(tmp + ": cannot write the kept metrics (disk full?); " + path_ + " is unchanged");
     fs::rename(tmp, path_);
   }
   fs::create_directories(run_dir + "/tensorboard");

@@ -45,7 +45,8 @@ bool is_timing_metric(const std::string& key);
 class MetricsWriter {
  public:
   // resume_step >= 0: lines of later steps (written after the checkpoint being resumed) are
-  // dropped first, so the file reads as if the run had never stopped.
+  // dropped first, so the file reads as if the run had never stopped; from step 0 (a fresh start
+  // in a directory with an earlier attempt's file) step 0's lines go too.
   MetricsWriter(const std::string& run_dir, int64_t resume_step);
   ~MetricsWriter();
   void write(int64_t step, const MetricMap& metrics);

@@ -180,7 +180,7 @@ std::vector<double> ImageTrack::score(const torch::Tensor& images, const std::ve
   std::vector<rewards::RewardInput> inputs;
   for (int64_t i = 0; i < images.size(0); ++i) {
     const std::string path = (dir / (std::to_string(ids[i]) + ".png")).string();
-    write_png_grid(path, images.slice(0, i, i + 1), 1);
+    write_png_grid(path, images.slice(0, i, i + 1), 1, /*padding=*/0);  // the image alone, no grid frame
     inputs.push_back({tasks::shape_name(labels[i]), path, std::to_string(labels[i]), ids[i]});
   }
   auto out = command_reward_->score(inputs);

@@ -12,11 +12,16 @@
 
 #include "core/batch/rollout_bridge.h"
 #include "core/run/rank_runtime.h"
+#include "core/run/stop_signal.h"
 #include "core/tracks/ar_track.h"
 
 namespace tandem {
 
 void run_rollout_rank(const Config& config, const RolloutComms& comms, int64_t local_rank, int64_t local_ranks) {
+  // SLURM and mpirun deliver a stop signal to every rank. The default action would end this one at
+  // once, and the job with it before the train ranks checkpoint: caught, it changes nothing here
+  // (the train ranks stop after their step and end the job with kExitPreempted).
+  install_stop_handlers();
   spdlog::set_level(spdlog::level::warn);
   const RankRuntime rt = setup_rank_runtime(config.run, local_rank, local_ranks);
   // Its own dp group is the rollout ranks: they shard each step's prompts as dp ranks would.

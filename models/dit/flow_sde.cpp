@@ -35,6 +35,10 @@ torch::Tensor sigma_schedule(int64_t steps, double shift) {
     const double t = 1.0 - static_cast<double>(i) / static_cast<double>(steps);
     sigmas[static_cast<size_t>(i)] = shift * t / (1.0 + (shift - 1.0) * t);
   }
+  // The ends exactly: at shift 0.3 the formula gives sigma_0 = 1 - 2^-52, and the step's
+  // sigma == 1 guard would miss it (std sqrt(sigma / (1 - sigma)) ~ 7e7).
+  sigmas.front() = 1.0;
+  sigmas.back() = 0.0;
   return torch::tensor(sigmas, torch::kFloat64);  // (steps + 1)
 }
 

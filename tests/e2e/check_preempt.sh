@@ -53,6 +53,18 @@ for how in ranks mpirun; do
     && "$TANDEM_PYTHON" "$compare" "$out/straight_long/metrics.jsonl" "$out/ext_$how/metrics.jsonl" >/dev/null \
     || { echo "FAIL signal to $how: the resumed run differs"; fail=1; }
 done
+# With a rollout rank, which gets the signal too: its default action would end it, and the job with
+# it, before the train rank's checkpoint.
+run "${long[@]}" --set parallel.rollout_ranks=1 --set run.name=ext_rollout >"$out/ext_rollout.log" 2>&1 &
+launcher=$!
+if wait_training "$out/ext_rollout.log"; then
+  kill -USR1 $(procs_of ext_rollout "mpirun|orterun|mpiexec"); wait $launcher; rc=$?
+  stopped=$(sed -n 's/.*stopping after step \([0-9]*\) on signal.*/\1/p' "$out/ext_rollout.log" | head -1)
+  if [ $rc -eq 3 ] && [ -n "$stopped" ]; then echo "ok   signal to mpirun with a rollout rank: exit 3 after step $stopped"
+  else echo "FAIL signal to mpirun with a rollout rank: exit $rc"; tail -5 "$out/ext_rollout.log"; fail=1; fi
+else
+  echo "FAIL ext_rollout: never started"; kill -9 $launcher; fail=1
+fi
 
 # A second SIGTERM: at once, and the committed checkpoint is intact.
 run "${long[@]}" --set run.save_every=20 --set run.name=twice >"$out/twice.log" 2>&1 &
