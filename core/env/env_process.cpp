@@ -170,11 +170,16 @@ bool EnvProcess::holds_nothing() const {
   return true;
 }
 
-void EnvProcess::restart_if_ended() {
+bool EnvProcess::exchange(bool& open) {
   child_.drain_stderr();
   if (!write_buffer_.empty()) send(-1, {}, "");
-  const bool open = read_out();
-  if (!take_lines() || open) return;  // a breach restarted it, or it is alive
+  open = read_out();
+  return take_lines();
+}
+
+void EnvProcess::restart_if_ended() {
+  bool open = true;
+  if (!exchange(open) || open) return;  // a breach restarted it, or it is alive
   child_.stop(true);
   pending_.clear();  // closes only (it held no episode)
   restart();
@@ -193,10 +198,8 @@ std::vector<EnvEvent> EnvProcess::poll(std::chrono::milliseconds wait) {
   for (;;) {
     // Everything the process wrote so far counts before any deadline is judged: the caller may
     // not have polled for a while (a collective, a long decode), with the answers in the pipe.
-    child_.drain_stderr();
-    if (!write_buffer_.empty()) send(-1, {}, "");
-    const bool open = read_out();
-    if (!take_lines()) break;  // restarted: what `open` said was of the old process
+    bool open = true;
+    if (!exchange(open)) break;  // restarted: what `open` said was of the old process
     if (!ready_.empty()) break;
     if (!open) {
       const std::string partial =

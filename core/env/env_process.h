@@ -55,6 +55,9 @@ class EnvProcess : public Environment {
   void send(int64_t id, Pending pending, const std::string& line);
   // Reads what is there; returns false when stdout reached EOF.
   bool read_out();
+  // Drains stderr, writes what waits, reads stdout (open: not at EOF) and takes its lines; false
+  // when a breach in them restarted the process.
+  bool exchange(bool& open);
   // Turns the complete lines read so far into events (or fails them all on a protocol breach);
   // returns false when it failed them (the process was restarted).
   bool take_lines();

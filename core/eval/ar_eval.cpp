@@ -62,19 +62,16 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   sp.stop_ids = format_->stop_ids();
   add_stop_strings(stop_, tokenizer_, sp);
   sp.share_prompts = share_prompts_;  // a prompt's k samples prefill it once
+  if (episodes) add_stop_strings(episodes->stop, tokenizer_, sp);
   models::SamplingParams greedy = sp;
   greedy.temperature = 0;
   // Prompts go out in fixed chunks (chunk c to dp rank c % size), so every prompt is generated in
   // the same batch at any dp: the same numbers, not just the same distribution.
   std::vector<int64_t> mine;  // positions in prompts_ of this rank's prompts, in order
   std::vector<models::Generation> out, best;
-  if (episodes) {
-    add_stop_strings(episodes->stop, tokenizer_, sp);
-    add_stop_strings(episodes->stop, tokenizer_, greedy);
-  }
-  std::vector<double> scores;            // per sample of this rank: k sampled then greedy, per prompt
-  std::vector<char> failures;            // beside scores: the episode failed (never correct, whatever correct_at)
-  double turns = 0, failed = 0, ok = 0;  // this rank's sampled episodes: turns of those that did not fail
+  std::vector<double> scores;    // per sample of this rank: k sampled then greedy, per prompt
+  std::vector<char> failures;    // beside scores: the episode failed (never correct, whatever correct_at)
+  double turns = 0, failed = 0;  // this rank's sampled episodes: turns of those that did not fail, failures
   const int64_t evaluation = evaluations_++;
   for (int64_t first = rank * kEvalChunkPrompts; first < count; first += size * kEvalChunkPrompts) {
     std::vector<models::GenerationRequest> sampled, argmax;
@@ -107,7 +104,6 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
           scores.push_back(lost ? 0.0 : o.reward);
           failures.push_back(lost);
           turns += lost ? 0 : o.turns;
-          ok += lost ? 0 : 1;
           failed += lost ? 1 : 0;
         }
         const bool lost = outs[1][i].end == env::EpisodeEnd::kFailed;
@@ -155,7 +151,7 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
     per[mine[i]][2] = is_correct(i * (k + 1) + k) ? 1.0 : 0.0;
   }
   dp.all_reduce(per);
-  torch::Tensor episode_sums = torch::tensor({turns, failed, ok}, torch::kFloat64);  // (3)
+  torch::Tensor episode_sums = torch::tensor({turns, failed}, torch::kFloat64);  // (2)
   if (episodes) dp.all_reduce(episode_sums);
   double reward_sum = 0, greedy_correct = 0;
   std::vector<int64_t> correct;
@@ -170,7 +166,7 @@ MetricMap ArEvaluator::evaluate(TextPolicy& policy, rewards::RewardFn& reward, p
   for (int64_t j = 1; j <= k; ++j) m["eval/pass@" + std::to_string(j)] = mean_pass_at_k(k, correct, j);
   m["eval/prompts"] = static_cast<double>(count);
   if (episodes && count > 0) {
-    const double done = episode_sums[2].item<double>();
+    const double done = static_cast<double>(count * k) - episode_sums[1].item<double>();
     m["eval/turns_mean"] = done > 0 ? episode_sums[0].item<double>() / done : 0;  // as training's: failed left out
     m["eval/failed"] = episode_sums[1].item<double>();
     m["eval/success"] = m["eval/pass@1"];

@@ -94,12 +94,20 @@ std::optional<double> final_number(std::string_view text) {
   return parse_number(all.back());
 }
 
-std::string math_reference_problem(std::string_view answer) {
+namespace {
+
+// The numbers of a reference's answer part: after its last "####", else all of it.
+std::vector<std::string> reference_numbers(std::string_view answer) {
   const size_t marker = answer.rfind("####");
-  const std::string_view part = marker == std::string_view::npos ? answer : answer.substr(marker + 4);
-  const size_t count = find_numbers(part).size();
+  return find_numbers(marker == std::string_view::npos ? answer : answer.substr(marker + 4));
+}
+
+}  // namespace
+
+std::string math_reference_problem(std::string_view answer) {
+  const size_t count = reference_numbers(answer).size();
   if (count == 1) return "";
-  const std::string where = marker == std::string_view::npos ? "" : " after its last '####'";
+  const std::string where = answer.rfind("####") == std::string_view::npos ? "" : " after its last '####'";
   if (count == 0) return "has no number" + where + " to compare against";
   return "holds " + std::to_string(count) + " numbers" + where +
          " where math_answer compares one (a fraction, a root or a time cannot be compared as one number): end "
@@ -107,9 +115,9 @@ std::string math_reference_problem(std::string_view answer) {
 }
 
 std::optional<double> reference_number(std::string_view answer) {
-  if (!math_reference_problem(answer).empty()) return std::nullopt;
-  const size_t marker = answer.rfind("####");
-  return parse_number(find_numbers(marker == std::string_view::npos ? answer : answer.substr(marker + 4)).front());
+  const std::vector<std::string> numbers = reference_numbers(answer);
+  if (numbers.size() != 1) return std::nullopt;  // math_reference_problem says why
+  return parse_number(numbers.front());
 }
 
 double math_answer_score(std::string_view response, std::string_view answer, int64_t sample_index) {
