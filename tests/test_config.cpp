@@ -197,6 +197,16 @@ TEST_CASE("synthetic task digit range keys", "[config]") {
   CHECK(*load("tracks: {ar: {data: {max_digits: 4}}}").tracks.ar.data.max_digits == 4);
   CHECK_THAT(error_of("tracks: {ar: {data: {max_digits: 12}}}"), Catch::Contains("tracks.ar.data.max_digits: 12"));
   CHECK_THAT(error_of("tracks: {ar: {data: {min_digits: 5, max_digits: 3}}}"), Catch::Contains("must not exceed"));
+  // A file beside a built-in task, or a digit count asked of a file, was dropped without a word.
+  CHECK_THAT(error_of("tracks: {ar: {data: {task: add, path: d.jsonl}}}"),
+             Catch::Contains("tracks.ar.data.path: is set, but tracks.ar.data.task is add") &&
+                 Catch::Contains("set task: jsonl"));
+  CHECK_THAT(error_of("tracks: {ar: {data: {task: jsonl, path: d.jsonl, min_digits: 3}}}"),
+             Catch::Contains("tracks.ar.data.min_digits: min_digits / max_digits set the built-in tasks'"));
+  CHECK_THAT(error_of("tracks: {ar: {data: {task: jsonl, path: d.jsonl}}}\neval: {every: 5, data: {min_digits: 4, "
+                      "max_digits: 3}}"),
+             Catch::Contains("eval.data.min_digits: must not exceed max_digits"));
+  CHECK_NOTHROW(load_config_from_string("tracks: {ar: {data: {task: add, min_digits: 2}}}", "r", {}));
 }
 
 TEST_CASE("tracks.image.algo.cfg_grad: full by default, cond_only accepted, anything else named", "[config]") {
@@ -336,10 +346,10 @@ TEST_CASE("the recipe accepts exactly the names the task and reward tables regis
   CHECK_THAT(error_of("tracks: {ar: {enabled: false}, image: {enabled: true, reward: {kind: sharpness}}}"),
              Catch::Contains("unknown image reward 'sharpness'"));
   for (const std::string& task : tasks::ar_task_names())  // multiply asks in words: an hf tokenizer
-    CHECK_NOTHROW(load_config_from_string("tracks: {ar: {data: {task: " + task + ", path: d.jsonl}" +
-                                              (task == "multiply" ? ", tokenizer: {kind: hf, path: t.json}" : "") +
-                                              "}}",
-                                          "r", {}));
+    CHECK_NOTHROW(
+        load_config_from_string("tracks: {ar: {data: {task: " + task + (task == "jsonl" ? ", path: d.jsonl" : "") +
+                                    "}" + (task == "multiply" ? ", tokenizer: {kind: hf, path: t.json}" : "") + "}}",
+                                "r", {}));
   CHECK_THAT(error_of("tracks: {ar: {data: {task: gsm8k}}}"),
              Catch::Contains("tracks.ar.data.task: 'gsm8k' is not one of"));
   for (const std::string& task : tasks::image_task_names())

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <set>
 
 #include "common/error.h"
 #include "core/env/arithmetic.h"
@@ -135,20 +136,36 @@ TEST_CASE("malformed demonstration files are refused naming the line and the fix
              Catch::Contains("cannot open '/nonexistent/demos.jsonl'"));
 }
 
-TEST_CASE("the calculator demonstrations call calc on the question's product and answer its result",
+TEST_CASE("the calculator demonstrations call calc on the question's product and answer its result, or decline",
           "[env][demonstrations]") {
   const auto demos = read_demonstrations(std::string(TANDEM_CONFIGS_DIR) + "/data/tool_calc_demos.jsonl");
   REQUIRE(demos.size() == 1024);
   InProcessEnv env(make_builtin_env("calculator"));
-  int k = 0;
+  int k = 0, declined = 0;
   for (const auto& m : demos) {
     const std::string episode = "d" + std::to_string(k++);
-    REQUIRE(m.size() == 4);
     const std::string question = m[0]["content"];
     const std::string expression = question.substr(8, question.size() - 9);  // "What is " ... "?"
+    const int64_t product = std::stoll(evaluate_arithmetic(expression));
+    CHECK(product >= 100000);  // six digits: scripts/make_tool_demos.py says why
+    env.reset(episode, nlohmann::json{{"prompt", question}, {"answer", std::to_string(product)}}, 0);
+    if (m.size() == 2) {
+      // A declining demonstration: the calculator environment scores a turn without a tool call
+      // that does not hold the product 0, and ends the episode.
+      ++declined;
+      StepInput decline;
+      decline.text = assistant_text(m[1]);
+      CHECK(decline.text == "I cannot work that out without a calculator.");
+      env.step(episode, decline);
+      const auto events = env.poll(std::chrono::milliseconds(0));
+      REQUIRE(events.size() == 2);
+      CHECK(events[1].answer.done);
+      CHECK(events[1].answer.reward == 0.0);
+      continue;
+    }
+    REQUIRE(m.size() == 4);
     // The calculator environment, played the demonstration, answers its tool call with the tool
     // message shown and scores its answer 1.
-    env.reset(episode, nlohmann::json{{"prompt", question}, {"answer", evaluate_arithmetic(expression)}}, 0);
     StepInput call;
     call.text = assistant_text(m[1]);
     ParsedToolCalls parsed = parse_tool_calls(call.text);
@@ -167,4 +184,27 @@ TEST_CASE("the calculator demonstrations call calc on the question's product and
     CHECK(events[2].answer.done);
     CHECK(events[2].answer.reward == 1.0);
   }
+  CHECK(declined == 256);  // one in four
+}
+
+TEST_CASE("the calculator demo's held-out prompts are in neither its training prompts nor its demonstrations",
+          "[env][demonstrations]") {
+  const std::string dir = std::string(TANDEM_CONFIGS_DIR) + "/data/";
+  const auto questions = [&](const std::string& file) {
+    std::set<std::string> out;
+    std::ifstream in(dir + file);
+    for (std::string line; std::getline(in, line);) {
+      const auto row = nlohmann::json::parse(line);
+      const std::string q = row.contains("messages") ? row["messages"][0]["content"] : row["prompt"];
+      if (row.contains("answer")) CHECK(row["answer"] == evaluate_arithmetic(q.substr(8, q.size() - 9)));
+      out.insert(q);
+    }
+    return out;
+  };
+  const auto heldout = questions("tool_calc_heldout.jsonl");
+  const auto prompts = questions("tool_calc_prompts.jsonl");
+  const auto demos = questions("tool_calc_demos.jsonl");
+  REQUIRE(heldout.size() == 64);
+  REQUIRE(prompts.size() == 2048);
+  for (const std::string& q : heldout) CHECK((!prompts.count(q) && !demos.count(q)));
 }

@@ -108,6 +108,18 @@ void validate_env(const Config& c);
 // The checks a prompt source needs whether it feeds training (tracks.ar.data) or eval (eval.data).
 void validate_data_source(const ArDataConfig& d, const std::string& prefix, TokenizerKind tokenizer) {
   require(d.task != "jsonl" || d.path, prefix + ".path", "required when " + prefix + ".task is jsonl");
+  // Either key would otherwise be dropped without a word: a file set beside a built-in task trained
+  // on the built-in prompts, and a digit count asked of a file changed nothing.
+  require(d.task == "jsonl" || !d.path, prefix + ".path",
+          "is set, but " + prefix + ".task is " + d.task +
+              ", a built-in task that reads no file; set task: jsonl to use the file, or remove path");
+  require(d.task != "jsonl" || (!d.min_digits && !d.max_digits), prefix + ".min_digits",
+          "min_digits / max_digits set the built-in tasks' digit counts; a jsonl file's prompts are what it holds: "
+          "remove them");
+  require(!d.min_digits || !d.max_digits || *d.min_digits <= *d.max_digits, prefix + ".min_digits",
+          "must not exceed max_digits");
+  require(d.task != "shape_corners" || (!d.min_digits && !d.max_digits), prefix + ".min_digits",
+          "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
   require(d.task != "multiply" || tokenizer == TokenizerKind::kHf, prefix + ".task",
           "multiply asks in words (\"What is 713 * 11?\"), which the char tokenizer's alphabet does not hold; use "
           "an hf tokenizer");
@@ -180,10 +192,6 @@ void validate_ar(const Config& c, const parallel::ParallelDims* dims) {
   require(ar.tokenizer.kind != TokenizerKind::kChar || !ar.tokenizer.alphabet.empty(), "tracks.ar.tokenizer.alphabet",
           "must not be empty for the char tokenizer");
   validate_data_source(ar.data, "tracks.ar.data", ar.tokenizer.kind);
-  require(!ar.data.min_digits || !ar.data.max_digits || *ar.data.min_digits <= *ar.data.max_digits,
-          "tracks.ar.data.min_digits", "must not exceed max_digits");
-  require(ar.data.task != "shape_corners" || (!ar.data.min_digits && !ar.data.max_digits), "tracks.ar.data.min_digits",
-          "shape_corners asks about shape classes and has no digit count; remove min_digits / max_digits");
   const auto& names = registered_names(NameTable::kArReward);
   require(std::find(names.begin(), names.end(), ar.reward.kind) != names.end(), "tracks.ar.reward.kind",
           unknown_name_message("AR reward", ar.reward.kind, names));

@@ -216,7 +216,8 @@ timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -
   --set run.steps=1 --set run.save_every=0 --set tracks.ar.warmstart.steps=4 --set eval.every=0 \
   --set tracks.ar.warmstart.schedule=linear --set tracks.ar.warmstart.warmup_steps=2 \
   --set eval.at_start=false --set tracks.ar.tokenizer.path="$tok/tokenizer.json" \
-  --set tracks.ar.warmstart.demos="$root/configs/data/tool_calc_demos.jsonl" >"$out/tool_calc.log" 2>&1
+  --set tracks.ar.warmstart.demos="$root/configs/data/tool_calc_demos.jsonl" \
+  --set tracks.ar.data.path="$root/configs/data/tool_calc_prompts.jsonl" >"$out/tool_calc.log" 2>&1
 rc=$?
 rates=$(grep -o 'warmstart [0-9]/4 | lr [0-9.e-]*' "$out/tool_calc.log" | sed 's/.*lr //' | tr '\n' ' ')
 last=$(grep -o 'warmstart 4/4 | lr [0-9.]* | model-turn-token NLL [0-9.]*' "$out/tool_calc.log")
