@@ -131,25 +131,46 @@ torch::Dtype export_dtype(const std::string& name, const Config& config) {
   return it->second;
 }
 
+// OUT without trailing separators, so that the folder written first (OUT.partial) sits beside OUT:
+// "out/" gave "out/.partial", inside the folder the last step removes before its rename.
+fs::path export_target(const std::string& out) {
+  fs::path o = fs::path(out).lexically_normal();
+  if (!o.has_filename() && o.has_parent_path()) o = o.parent_path();
+  if (o.empty() || o == "." || o == ".." || o == o.root_path())
+    throw UserError(out + ": name a new directory to export into");
+  return o;
+}
+
+fs::path partial_of(const fs::path& out) { return out.string() + ".partial"; }
+
+// config.json with the write checked: an unchecked stream left a truncated file on a full disk
+// that the export then renamed into place.
+void write_config_json(const fs::path& file, const nlohmann::json& hf) {
+  std::ofstream f(file);
+  f << hf.dump(2) << "\n";
+  f.close();
+  if (!f) throw UserError(file.string() + ": could not be written (disk full?)");
+}
+
 }  // namespace
 
 namespace {
 
 // A LoRA checkpoint: the peft adapter directory as it is, or (merge) the base with the adapters
 // merged in, as a complete Hugging Face directory beside the base's own files.
-int export_lora(const std::string& dir, const std::string& out, const std::string& dtype_name, bool merge) {
+int export_lora(const std::string& dir, const fs::path& out, const std::string& dtype_name, bool merge) {
   const Config config = load_saved_config(dir + "/recipe.yaml");
   // peft applies an adapter to a transformers model, which the unified model has none of.
   if (const char* why = text_policy_spec(config.tracks.ar.model.arch).no_hf_export) throw UserError(dir + ": " + why);
-  const fs::path tmp = fs::path(out).string() + ".partial";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const fs::path adapter = fs::path(dir) / kAdapterDir;
-  std::string base;
   if (!merge && !dtype_name.empty())
     throw UserError("--dtype " + dtype_name +
                     ": an adapter export is peft's float32 directory as it is; --dtype "
                     "applies to --merge");
+  const fs::path tmp = partial_of(out);  // an earlier export's leftover, if any, is replaced
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const fs::path adapter = fs::path(dir) / kAdapterDir;
+  std::string base;
   if (!merge) {
     for (const char* f : {"adapter_config.json", "adapter_model.safetensors"}) fs::copy_file(adapter / f, tmp / f);
     const nlohmann::json id = read_base_identity(dir);
@@ -171,36 +192,34 @@ int export_lora(const std::string& dir, const std::string& out, const std::strin
     models::save_hf_weights(tmp.string(), weights);
     nlohmann::json hf = models::read_hf_config(tmp.string());
     models::set_hf_dtype(hf, dtype);
-    std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
+    write_config_json(tmp / "config.json", hf);
     for (const auto& f : fs::directory_iterator(tmp))
       if (f.path().extension() == ".safetensors") models::read_safetensors_header(f.path().string());
   }
   fs::remove_all(out);
   fs::rename(tmp, out);
   if (merge)
-    std::cout << "exported " << dir << " (base " << base << " + adapters, merged) -> " << out << "\n";
+    std::cout << "exported " << dir << " (base " << base << " + adapters, merged) -> " << out.string() << "\n";
   else
-    std::cout << "exported " << adapter.string() << " -> " << out << " (peft adapter; its base: " << base
+    std::cout << "exported " << adapter.string() << " -> " << out.string() << " (peft adapter; its base: " << base
               << "; --merge writes a merged model)\n";
   return 0;
 }
 
-}  // namespace
-
-int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name, bool merge) {
+int export_hf(const std::string& path, const fs::path& out, const std::string& dtype_name, bool merge) {
   const std::string dir = checked_checkpoint(path).first;
-  if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
+  if (fs::exists(out) && !fs::is_empty(out))
+    throw UserError(out.string() + ": exists and is not empty; choose a new directory");
   if (fs::exists(fs::path(dir) / kAdapterDir)) return export_lora(dir, out, dtype_name, merge);
   if (merge)
     throw UserError(dir + ": --merge merges LoRA adapters, and this checkpoint has none (no " + kAdapterDir +
                     "/); export it without --merge");
   const fs::path model = fs::path(dir) / "ar_model";
   if (!fs::exists(model / "config.json")) throw UserError(dir + ": no AR policy (ar_model/config.json) to export");
-  if (fs::exists(out) && !fs::is_empty(out)) throw UserError(out + ": exists and is not empty; choose a new directory");
   const Config config = load_saved_config(dir + "/recipe.yaml");
   if (const char* why = text_policy_spec(config.tracks.ar.model.arch).no_hf_export) throw UserError(dir + ": " + why);
   const torch::Dtype dtype = export_dtype(dtype_name, config);
-  const fs::path tmp = fs::path(out).string() + ".partial";
+  const fs::path tmp = partial_of(out);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   // Everything but the weights as it is (config.json, tokenizer files, generation_config.json);
@@ -216,7 +235,7 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out, const st
   models::save_hf_weights(tmp.string(), weights);
   nlohmann::json hf = models::read_hf_config(tmp.string());
   models::set_hf_dtype(hf, dtype);
-  std::ofstream(tmp / "config.json") << hf.dump(2) << "\n";
+  write_config_json(tmp / "config.json", hf);
   if (config.tracks.ar.tokenizer.kind == TokenizerKind::kHf && !fs::exists(tmp / "tokenizer.json") &&
       config.tracks.ar.tokenizer.path) {  // a checkpoint from before ar_model/ held the tokenizer
     fs::path tok = *config.tracks.ar.tokenizer.path;
@@ -228,11 +247,23 @@ int run_ckpt_export_hf(const std::string& path, const std::string& out, const st
     if (f.path().extension() == ".safetensors") models::read_safetensors_header(f.path().string());
   fs::remove_all(out);
   fs::rename(tmp, out);
-  std::cout << "exported " << model.string() << " -> " << out << " (" << models::hf_dtype_name(dtype) << ")\n";
+  std::cout << "exported " << model.string() << " -> " << out.string() << " (" << models::hf_dtype_name(dtype) << ")\n";
   if (config.tracks.ar.tokenizer.kind == TokenizerKind::kChar)
     std::cout << "note: the char tokenizer has no Hugging Face equivalent; its alphabet is in " << dir
               << "/recipe.yaml (ids: <pad>=0 <bos>=1 <eos>=2, then the alphabet in order)\n";
   return 0;
+}
+
+}  // namespace
+
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name, bool merge) {
+  const fs::path target = export_target(out);
+  try {
+    return export_hf(path, target, dtype_name, merge);
+  } catch (const fs::filesystem_error& e) {  // an OUT that cannot be written: the user's to fix, exit 2
+    throw UserError(out + ": the export could not be written: " + e.what() +
+                    "; choose a directory you can write, on a disk with room");
+  }
 }
 
 }  // namespace tandem::app

@@ -54,7 +54,9 @@ EvalSubject subject(const EvalArgs& a) {
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(a.checkpoint + ": no complete checkpoint");
   const Config saved = load_saved_config(*choice.path + "/recipe.yaml");
-  s.config = a.config_path.empty() ? saved : load_config(a.config_path, a.overrides);
+  // --set applies to the saved recipe too (it was read only with --config and dropped without it).
+  s.config = a.config_path.empty() ? load_saved_config(*choice.path + "/recipe.yaml", a.overrides)
+                                   : load_config(a.config_path, a.overrides);
   // The checkpoint's model and tokenizer, whatever the eval recipe says about them.
   s.config.tracks.ar.model = saved.tracks.ar.model;
   s.config.tracks.ar.tokenizer = saved.tracks.ar.tokenizer;
@@ -80,7 +82,19 @@ int run_eval(const EvalArgs& a, int argc, char** argv) {
     EvalSubject s = subject(a);
     Config& c = s.config;
     if (!c.tracks.ar.enabled) throw UserError("eval: the recipe has no AR track to evaluate");
-    if (!c.eval.enabled()) c.eval.at_start = true;  // asked to evaluate: the section's settings, once
+    if (!c.eval.enabled()) {
+      // A recipe without periodic eval may have no eval section at all, and then eval.data is the
+      // default task (reverse_digits): scoring those prompts with this run's reward printed a
+      // normal line about the wrong task.
+      const ArDataConfig& d = c.eval.data;
+      if (d.task == ArDataConfig().task && !d.path && d.task != c.tracks.ar.data.task)
+        throw UserError("eval: the recipe names no held-out prompts (eval.data is the default task " + d.task +
+                        ", and tracks.ar.data is " + c.tracks.ar.data.task +
+                        "); give them: --set eval.data.task=jsonl --set eval.data.path=FILE (or a built-in "
+                        "task), or --config with an eval section");
+      c.eval.at_start = true;  // asked to evaluate: the section's settings, once
+      validate(c);             // the eval section's own checks, which validate skipped while it was off
+    }
     const RankRuntime rt = setup_rank_runtime(c.run, mpi.local_rank(), mpi.local_size());
     const std::unique_ptr<models::Tokenizer> tokenizer =
         c.tracks.ar.tokenizer.kind == TokenizerKind::kChar ? models::make_char_tokenizer(c.tracks.ar.tokenizer.alphabet)

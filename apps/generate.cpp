@@ -67,6 +67,7 @@ Policy from_checkpoint(const std::string& path) {
     if (own && p.format.chat_template != "none") p.format.chat_template = "auto";
     p.tokenizer = models::load_hf_tokenizer(*p.format.tokenizer_path);
   }
+  p.image_sampler = config.tracks.image.sampler;  // LoRA too: the recipe's sampler, not the defaults
   if (fs::exists(fs::path(dir) / kAdapterDir)) {  // LoRA: the base with the adapters, unmerged
     BuiltTextPolicy built = load_lora_checkpoint(dir, config, torch::kFloat32);
     p.policy = std::move(built.policy);
@@ -80,7 +81,6 @@ Policy from_checkpoint(const std::string& path) {
   p.unified = built.unified;
   p.vocab_size = ar.model.vocab_size;
   p.rollout = ar.rollout;
-  p.image_sampler = config.tracks.image.sampler;
   return p;
 }
 
@@ -168,6 +168,7 @@ int run_generate(const GenerateArgs& a) {
   // Ids past the tokenizer (padded embedding rows) are never sampled, nor ids past the model.
   sp.vocab_limit = std::min(tok.vocab_size(), model_vocab);
   sp.stop_ids = format.stop_ids();
+  add_stop_strings(p.rollout.stop, tok, sp);  // the recipe's rollout.stop, as training and eval stop
   std::vector<models::GenerationRequest> requests;
   std::vector<std::vector<int64_t>> prompt_ids;
   for (size_t i = 0; i < a.prompts.size(); ++i) {

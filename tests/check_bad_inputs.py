@@ -263,6 +263,9 @@ else:
 
     resume(damaged("weights", cut), "model.safetensors", "truncated checkpoint weights")
     expect("ckpt info on a manifest-less damaged checkpoint", ["ckpt", "info", runs / "weights"], "model.safetensors")
+    # An export folder that cannot be written is the user's to fix (exit 2 naming it), not an internal error.
+    expect("ckpt export-hf into a folder that cannot be written", ["ckpt", "export-hf", runs / "src", "/proc/tandem_out"],
+           "/proc/tandem_out: the export could not be written")
     # A field of the wrong JSON type, read by ckpt info (no manifest to catch it first): the file is named.
     for field, value in [("completed_steps", '"two"'), ("tracks", "[]"), ("libtorch", "7")]:
         def wrong_type(ck, field=field, value=value):

@@ -502,8 +502,8 @@ Config load_config_from_string(const std::string& yaml_text, const std::string& 
   return load_config_from_node(parse_recipe(yaml_text, source_name), source_name, overrides, true);
 }
 
-Config load_saved_config(const std::string& path) {
-  return load_config_from_node(parse_recipe(read_recipe_file(path), path), path, {}, false);
+Config load_saved_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config_from_node(parse_recipe(read_recipe_file(path), path), path, overrides, false);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -400,7 +400,8 @@ Config load_config_from_string(const std::string& yaml_text, const std::string& 
 
 // A recipe a run saved (recipe.yaml of a run or checkpoint): already resolved, so the model
 // directory it names is not opened again (it may be gone; the checkpoint holds the weights).
-Config load_saved_config(const std::string& path);
+// `overrides` (--set KEY=VALUE) apply on top, as load_config's do.
+Config load_saved_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Cross-field rules; world_size > 0 also checks the parallel layout against it.
 void validate(const Config& config, int64_t world_size = 0);

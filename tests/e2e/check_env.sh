@@ -59,7 +59,7 @@ if run guess --set eval.every=2 --set eval.samples_per_prompt=2 --set eval.max_p
   fi
   if "$tandem" eval --checkpoint "$out/runs/guess" --set eval.max_prompts=2 --set eval.samples_per_prompt=2 \
        --set "tracks.ar.tokenizer.path=$tok/tokenizer.json" >"$out/eval.log" 2>&1 \
-     && grep -q '"eval/turns_mean"' "$out/eval.log"; then
+     && grep -q '"eval/turns_mean"' "$out/eval.log" && grep -qE '"eval/prompts":2(\.0)?[,}]' "$out/eval.log"; then
     ok "tandem eval --checkpoint plays episodes: $(grep -o '"eval/success":[0-9.]*' "$out/eval.log"), $(grep -o '"eval/turns_mean":[0-9.]*' "$out/eval.log")"
   else
     bad "tandem eval on an episode run: $(tail -5 "$out/eval.log")"

@@ -121,6 +121,17 @@ print("ok   export: every config.json key kept, tokenizer files copied, generati
 sys.exit(1 if problems else 0)
 EOF
 
+# eval of a run whose recipe has no eval section (configs/qwen2_0p5b.yaml): refused, as its eval.data
+# would be the default reverse_digits task; --set on a --checkpoint names the held-out prompts.
+err=$("$tandem" eval --checkpoint "$out/runs/r" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && [[ "$err" == *"names no held-out prompts"* ]] && ok "eval without held-out prompts: exit 2" \
+  || bad "eval without held-out prompts: exit $rc: $err"
+"$tandem" eval --checkpoint "$out/runs/r" --set eval.data.task=jsonl --set eval.data.path="$data" \
+  --set eval.data.prompt_key=question --set eval.max_prompts=3 --set eval.samples_per_prompt=1 \
+  --set eval.max_new_tokens=4 >"$out/eval.json" 2>"$out/eval.err" \
+  && grep -qE '"eval/prompts":3(\.0)?[,}]' "$out/eval.json" && ok "eval --checkpoint --set eval.data...: 3 prompts" \
+  || bad "eval --checkpoint with --set: $(cat "$out/eval.json" "$out/eval.err" | tail -3)"
+
 # 5. generate from the export stops where training stopped; a float32 export greedy-decodes as the checkpoint.
 "$tandem" generate --model "$out/export" --prompt "What is 2 + 3?" --max-new-tokens 4 >"$out/gen_export.out" 2>"$out/gen_export.err" \
   || bad "generate --model export: $(cat "$out/gen_export.err")"
@@ -131,7 +142,11 @@ stops() { sed -n 's/.*, stop on /stop on /p' "$1"; }
   && [ "$(stops "$out/gen_export.err")" = "stop on <|im_end|> <|endoftext|>" ] && grep -q "chat template" "$out/gen_export.err" \
   && ok "generate --model EXPORT: chat template, $(stops "$out/gen_export.err")" \
   || bad "stop tokens: export '$(cat "$out/gen_export.err")' vs checkpoint '$(cat "$out/gen_ckpt.err")'"
-"$tandem" ckpt export-hf "$out/runs/r" "$out/export32" --dtype float32 >/dev/null 2>&1 || bad "float32 export"
+# OUT with a trailing slash, as the README writes it: the export once wrote OUT/.partial, inside the
+# folder it then removed, and lost itself.
+"$tandem" ckpt export-hf "$out/runs/r" "$out/export32/" --dtype float32 >"$out/export32.log" 2>&1 \
+  && [ -f "$out/export32/model.safetensors" ] && [ ! -e "$out/export32/.partial" ] && [ ! -e "$out/export32.partial" ] \
+  && ok "export-hf into OUT/ (a trailing slash)" || bad "float32 export into OUT/: $(cat "$out/export32.log")"
 g1=$("$tandem" generate --model "$out/export32" --prompt "Tom has 3 apples." --chat-template none --temperature 0 \
       --max-new-tokens 6 2>/dev/null)
 g2=$("$tandem" generate --checkpoint "$out/runs/r" --prompt "Tom has 3 apples." --chat-template none --temperature 0 \
