@@ -29,14 +29,33 @@ std::string config_value(const std::string& config, const std::string& key) {
 // while the libraries load, before main().
 extern "C" int mkl_serv_cbwr_set(int) __attribute__((weak));
 
+namespace {
+
+std::string set_strict_reproducibility() {
+  if (const char* v = std::getenv("MKL_CBWR")) return "MKL_CBWR=" + std::string(v) + " (the environment's)";
+  if (!mkl_serv_cbwr_set) return "no oneMKL branch to set (another BLAS)";
+  constexpr int kAuto = 2, kStrict = 0x10000;  // MKL_CBWR_AUTO | MKL_CBWR_STRICT
+  const int rc = mkl_serv_cbwr_set(kAuto | kStrict);
+  return rc == 0 ? "oneMKL strict reproducibility (MKL_CBWR=AUTO,STRICT)"
+                 : "oneMKL refused strict reproducibility (mkl_cbwr_set returned " + std::to_string(rc) + ")";
+}
+
+}  // namespace
+
+// Each function on both dtypes, in case VML sets up per function or per precision: a few
+// microseconds once, against a race whose loser trains other weights.
+void warm_vector_math() {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    const torch::Tensor x = torch::full({8}, 0.5, torch::TensorOptions().dtype(dtype));  // (8)
+    (void)x.cos(), (void)x.sin(), (void)x.exp(), (void)x.log(), (void)x.sqrt(), (void)x.tanh(), (void)x.erf();
+  }
+}
+
 const std::string& reproducible_blas() {
   static const std::string what = [] {
-    if (const char* v = std::getenv("MKL_CBWR")) return "MKL_CBWR=" + std::string(v) + " (the environment's)";
-    if (!mkl_serv_cbwr_set) return std::string("no oneMKL branch to set (another BLAS)");
-    constexpr int kAuto = 2, kStrict = 0x10000;  // MKL_CBWR_AUTO | MKL_CBWR_STRICT
-    const int rc = mkl_serv_cbwr_set(kAuto | kStrict);
-    return rc == 0 ? std::string("oneMKL strict reproducibility (MKL_CBWR=AUTO,STRICT)")
-                   : "oneMKL refused strict reproducibility (mkl_cbwr_set returned " + std::to_string(rc) + ")";
+    std::string done = set_strict_reproducibility();
+    warm_vector_math();  // after the branch is set, before any parallel call
+    return done;
   }();
   return what;
 }

@@ -14,8 +14,17 @@ namespace tandem {
 // GEMM's sums could come out in another order when another thread's GEMMs compete for the cores:
 // train.overlap's sampler beside its forward thread changed low bits in ~4% of runs
 // (e2e.overlap_threads: 4 of 110 runs without, 0 of 280 with), and the mid bench step's time did
-// not change measurably. Returns what it did, for the log (blas_description() includes it).
+// not change measurably. Also runs warm_vector_math() once. Returns what it did, for the log
+// (blas_description() includes it).
 const std::string& reproducible_blas();
+
+// oneMKL's vector math (VML: ATen's float32 / float64 cos, sin, exp, log, sqrt, tanh, erf) sets
+// itself up on its first call, and that first call races when several threads make it at once: in
+// ~1% of fresh processes at 3 threads on 2 cores one chunk of the first parallel float64 cos was up
+// to 7e-9 off, so the first forward's RoPE tables, and every weight trained after them, changed
+// from run to run. This makes that first call on the calling thread alone (tensors below ATen's
+// grain size). scripts/check_vml_first_call.sh counts fresh processes with and without it.
+void warm_vector_math();
 
 // One line for the logs, from LibTorch's own build configuration, e.g.
 // "BLAS: mkl (oneMKL 2024.2), ATen CPU capability AVX512".
