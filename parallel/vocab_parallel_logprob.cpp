@@ -273,7 +273,8 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "vocab-parallel log-probs: targets ",
               targets.sizes(), " for ", hidden.size(0), " tokens");
   TORCH_CHECK(targets.scalar_type() == torch::kInt64, "vocab-parallel log-probs: targets must be int64");
-  TORCH_CHECK(weight.size(0) > 0, "vocab-parallel log-probs: an empty vocabulary shard (more tp ranks than tokens)");
+  TORCH_CHECK(weight.size(0) > 0,
+              "vocab-parallel log-probs: an empty vocabulary shard (more tp ranks than vocabulary rows)");
 }
 
 }  // namespace
@@ -293,7 +294,18 @@ TokenLogProbs vocab_parallel_log_probs(const torch::Tensor& hidden, const torch:
   check_inputs(hidden, weight, targets);
   if (tp != nullptr && tp->size() == 1) tp = nullptr;
   const int64_t bytes = c10::elementSize(logits_dtype(weight.scalar_type()));
-  const int64_t chunk = logits_chunk_tokens(options, weight.size(0), bytes);
+  // Every tp rank must cut the same chunks (each chunk's max and sums are all-reduced), so the
+  // size comes from the largest shard: with a vocabulary tp does not divide, shards differ by a
+  // row, and 131073 rows over 2 ranks gave chunks of 255 and 256 tokens (collectives of
+  // different lengths).
+  int64_t vocab_rows = weight.size(0);
+  if (tp != nullptr && options.chunk_tokens <= 0) {
+    torch::Tensor rows =
+        torch::tensor({vocab_rows}, torch::TensorOptions().dtype(torch::kFloat64).device(weight.device()));
+    tp->all_reduce(rows, ReduceOp::kMax);
+    vocab_rows = static_cast<int64_t>(rows.item<double>());
+  }
+  const int64_t chunk = logits_chunk_tokens(options, vocab_rows, bytes);
   const torch::Tensor h = copy_to_tp(hidden, tp);
   if (options.token_loss) {
     const torch::Tensor index = options.token_index.defined()

@@ -319,3 +319,34 @@ TEST_CASE("a sliding window: packed (whole and cp-style segments) and padded equ
     CHECK_FALSE(torch::allclose(padded_attention(q, k, v, valid, fused)[0], out[0], 0, 1e-6));  // control
   }
 }
+
+// A bucket pads its shorter segments' query rows to the longest; a padding row past its segment's
+// last row by a window or more once saw no key (all -inf), and its NaN softmax reached every
+// key's gradient through the backward, though the forward dropped the row.
+TEST_CASE("a sliding window's packed gradients equal the written-out rule's, padding rows included", "[attention]") {
+  std::mt19937 rng(13);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t heads = 4, kv_heads = 2, dim = 8;
+  Case two;  // lengths 16 and 12 share a bucket (12 >= 0.75 * 16): rows 12.. of the second are padding
+  two.segments = {{0, 16, 0, 0}, {16, 12, 16, 0}};
+  two.q_rows = two.k_rows = 28;
+  for (const Case& c : {two, whole_sequences(rng, 6, 1, 17), offset_segments(rng, 5)}) {
+    torch::manual_seed(7);
+    const torch::Tensor q = torch::randn({c.q_rows, heads, dim}, f64).requires_grad_(true);  // (N, H, D)
+    const torch::Tensor k = torch::randn({c.k_rows, kv_heads, dim}, f64).requires_grad_(true);
+    const torch::Tensor v = torch::randn({c.k_rows, kv_heads, dim}, f64).requires_grad_(true);
+    const torch::Tensor w = torch::randn({c.q_rows, heads, dim}, f64);  // a loss weight per output
+    for (const int64_t window : {1, 3, 4}) {
+      INFO("window " << window << ", " << c.segments.size() << " segments");
+      const auto plan =
+          plan_packed_attention(c.segments, c.q_rows, c.k_rows, heads, torch::kCPU, false, kBucketSpanRatio, window);
+      const auto got = torch::autograd::grad({(packed_attention(q, k, v, plan) * w).sum()}, {q, k, v});
+      const auto want =
+          torch::autograd::grad({(reference_attention(q, k, v, c.segments, window) * w).sum()}, {q, k, v});
+      for (size_t i = 0; i < 3; ++i) {
+        CHECK(torch::isfinite(got[i]).all().item<bool>());
+        CHECK(torch::allclose(got[i], want[i], 0, 1e-12 * std::max(1.0, want[i].abs().max().item<double>())));
+      }
+    }
+  }
+}

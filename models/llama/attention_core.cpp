@@ -193,7 +193,7 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
       }
       PackedAttentionPlan::Bucket bucket;
       bucket.batch = static_cast<int64_t>(end - first), bucket.q_len = lq, bucket.k_len = lk;
-      std::vector<int64_t> q_index, k_index, real_rows, offsets, spans;
+      std::vector<int64_t> q_index, k_index, real_rows, offsets, spans, lasts;
       bool dense = true;  // every segment a whole sequence of length lq, consecutive in the rows
       const AttentionSegment& lead = segments[family[first]];
       for (size_t j = first; j < end; ++j) {
@@ -214,14 +214,19 @@ PackedAttentionPlan plan_packed_attention(const std::vector<AttentionSegment>& s
           real_rows.push_back(b * lq + i);
           order[static_cast<size_t>(s.q_begin + i)] = out_row++;
         }
-        offsets.push_back(s.q_offset), spans.push_back(span);
+        offsets.push_back(s.q_offset), spans.push_back(span), lasts.push_back(s.length - 1);
       }
       const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
       if (!fused) {
-        const torch::Tensor qi = torch::arange(lq, idx).view({1, lq, 1});  // query i of a row
+        // A padding row is a copy of its segment's last query (q_index) and gets that row's mask:
+        // masked by its own index, a row past the last one by a window or more sees no key at
+        // all, and the softmax of an all -inf row is NaN, which its backward spreads to every key
+        // of the segment (the forward drops the row, the gradient does not).
         const torch::Tensor kj = torch::arange(lk, idx).view({1, 1, lk});  // key j of a row
         const torch::Tensor off = index_tensor(offsets, device).view({-1, 1, 1}),
                             sp = index_tensor(spans, device).view({-1, 1, 1});
+        const torch::Tensor qi =  // (B, L_q, 1): query i of a row, padding at the last real one
+            torch::minimum(torch::arange(lq, idx).view({1, lq, 1}), index_tensor(lasts, device).view({-1, 1, 1}));
         torch::Tensor blocked = (kj > qi + off) | (kj >= sp);  // (B, L_q, L_k)
         if (window > 0) blocked = blocked | (kj <= qi + off - window);
         bucket.blocked = blocked.view({bucket.batch, 1, 1, lq, lk});  // (B, 1, 1, L_q, L_k)

@@ -1,6 +1,7 @@
 // KV cache storage, slot bookkeeping and the writes of prefill and decode rows.
 #include "models/llama/kv_cache.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,10 @@ void KvCache::check_prefill(const std::vector<AttentionSegment>& segments, const
     const int64_t s = slots[i];
     if (s < 0 || s >= this->slots() || lengths_[s] != 0 || prefix_[s] >= 0)
       throw std::invalid_argument("KvCache: prefill slot " + std::to_string(s) + " is out of range or not empty");
+    // The lengths change only after the forward: a slot named twice would pass as empty twice.
+    if (std::find(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(i), s) !=
+        slots.begin() + static_cast<std::ptrdiff_t>(i))
+      throw std::invalid_argument("KvCache: prefill slot " + std::to_string(s) + " is named twice in one prefill");
     if (segments[i].length > capacity_)
       throw std::invalid_argument("KvCache: a prompt of " + std::to_string(segments[i].length) +
                                   " tokens exceeds the capacity " + std::to_string(capacity_));
@@ -101,6 +106,9 @@ void KvCache::check_prefix_prefill(const std::vector<AttentionSegment>& segments
     const int64_t p = prefixes[i];
     if (p < 0 || p >= prefix_slots() || prefix_readers_[p] != 0 || prefix_lengths_[p] != 0)
       throw std::invalid_argument("KvCache: prefix slot " + std::to_string(p) + " is out of range or in use");
+    if (std::find(prefixes.begin(), prefixes.begin() + static_cast<std::ptrdiff_t>(i), p) !=
+        prefixes.begin() + static_cast<std::ptrdiff_t>(i))
+      throw std::invalid_argument("KvCache: prefix slot " + std::to_string(p) + " is named twice in one prefill");
     if (segments[i].length > prefix_capacity_)
       throw std::invalid_argument("KvCache: a prompt of " + std::to_string(segments[i].length) +
                                   " tokens exceeds the prefix capacity " + std::to_string(prefix_capacity_));

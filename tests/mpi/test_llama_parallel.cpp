@@ -12,6 +12,7 @@
 #include "models/llama/weights.h"
 #include "mpi_test_util.h"
 #include "parallel/process_groups.h"
+#include "parallel/vocab_parallel_logprob.h"
 
 using namespace tandem;
 
@@ -304,4 +305,25 @@ TEST_CASE("shared prompts under tp: log-probs, logits and gradients equal one ra
     model->to(torch::kFloat64);
     CHECK_THROWS_AS(model->log_probs(b.packed, b.packed_targets, {}), std::invalid_argument);
   }
+}
+
+// A vocabulary tp does not divide: shards of 1001 and 1000 rows. The default chunk size comes
+// from a shard's rows (float64: 8380 and 8388 tokens), so 8385 tokens were two chunks on one rank
+// and one on the other, and their collectives differed in length (an MPI error or a hang).
+TEST_CASE("an uneven vocabulary split cuts the same logits chunks on every tp rank", "[mpi][llama]") {
+  if (test::world_size() % 2 != 0) return;
+  const auto tp = test::block_communicator(2);
+  const int64_t vocab = 2001, n = 8385, dim = 4;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::manual_seed(17);
+  const torch::Tensor hidden = torch::randn({n, dim}, f64), weight = torch::randn({vocab, dim}, f64);  // (N, D), (V, D)
+  const torch::Tensor targets = torch::randint(vocab, {n}, torch::TensorOptions().dtype(torch::kInt64));  // (N)
+  const parallel::ShardRange rows = parallel::shard_range(vocab, tp->rank(), 2);
+  const int64_t local_rows = rows.end - rows.begin;
+  CHECK(parallel::logits_chunk_tokens({}, local_rows, 8) != parallel::logits_chunk_tokens({}, vocab - local_rows, 8));
+  const auto split = parallel::vocab_parallel_log_probs(hidden, weight.narrow(0, rows.begin, local_rows), targets,
+                                                        rows.begin, tp.get(), {true});
+  const auto whole = parallel::vocab_parallel_log_probs(hidden, weight, targets, 0, nullptr, {true});
+  CHECK(test::rel_to_max(split.logp, whole.logp) < 1e-12);
+  CHECK(test::rel_to_max(split.entropy, whole.entropy) < 1e-12);
 }
