@@ -311,9 +311,13 @@ for name, text, needle in [
 
 # A reward command that hangs on rank 1 while rank 0 goes on: rank 0's collective times out, the
 # job ends, and nothing of rank 1's command (its shell, its sleep) may outlive it.
+# The marker is in both processes' command lines: the script's name (sh runs it) and a link to
+# sleep under a name that holds it.
 marker = f"tandem_reward_marker_{os.getpid()}"
-hang = script("hang", f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep 300 # {marker}\n'
-                      f"else while IFS= read -r line; do {ANSWER}; done; fi")
+sleeper = work / f"sleep_{marker}"
+sleeper.symlink_to(shutil.which("sleep"))
+hang = script(f"hang_{marker}", f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then {sleeper} 300\n'
+                                f"else while IFS= read -r line; do {ANSWER}; done; fi")
 t0 = time.time()
 rc, out = run(train_args("--set", "run.name=orphan", "--set", "run.steps=1", "--set", "parallel.timeout_s=5",
                          "--set", "tracks.ar.warmstart.steps=0", "--set", "tracks.ar.reward.kind=command",

@@ -596,13 +596,3 @@ TEST_CASE("the packing metadata must stay on the host: a device cu_seqlens or pr
   moved.prefix_of = torch::full({2}, -1, torch::TensorOptions(torch::kInt64).device(torch::kMeta));
   CHECK_THROWS_WITH(model->log_probs(moved, b.packed_targets), Catch::Contains("prefix_of is on meta"));
 }
-
-TEST_CASE("a prefill that names a cache slot twice is refused: the second sequence would overwrite the first",
-          "[llama]") {
-  models::KvCache cache(1, 3, 8, 2, 4, torch::TensorOptions().dtype(torch::kFloat32), 2, 8);
-  const std::vector<models::AttentionSegment> two{{0, 3, 0, 0}, {3, 2, 3, 0}};
-  CHECK_NOTHROW(cache.check_prefill(two, {0, 1}));
-  CHECK_THROWS_WITH(cache.check_prefill(two, {1, 1}), Catch::Contains("prefill slot 1 is named twice"));
-  CHECK_NOTHROW(cache.check_prefix_prefill(two, {0, 1}));
-  CHECK_THROWS_WITH(cache.check_prefix_prefill(two, {0, 0}), Catch::Contains("prefix slot 0 is named twice"));
-}

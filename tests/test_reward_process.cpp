@@ -179,12 +179,12 @@ TEST_CASE("a child that never answers times out fast, with its process group kil
                                                         "\n"
                                                         "IFS= read -r line; sleep 30; " +
                                                         kAnswer + "\n"),
-                              0.5));
+                              2.0));  // the first answer's deadline also covers the child's start-up
   const pid_t pid = process.child_pid();
   const auto start = std::chrono::steady_clock::now();
   const std::string error = error_of(process, batch(7, 3));
-  CHECK(seconds_since(start) < 5.0);
-  CHECK_THAT(error, Catch::Contains("timed out after 0.5 s") && Catch::Contains("sample 8"));
+  CHECK(seconds_since(start) < 8.0);
+  CHECK_THAT(error, Catch::Contains("timed out after 2 s") && Catch::Contains("sample 8"));
   CHECK(gone(pid));
   CHECK(group_gone(pid));  // the `sleep 30` the script started too
 }
@@ -245,11 +245,16 @@ TEST_CASE("a stray answer line is caught on every run, never paired with the wro
       CHECK_THAT(error_of(process, batch(10, 3)),
                  Catch::Contains("the answer is for index 10 but request 11 was next"));
     }
-    {  // a batch of one: the extra line is caught by the next call, whatever its timing
+    {  // a batch of one: the extra line is caught by this call when it arrives with the answer (one
+       // read took both lines), else by the next call, whatever its timing
       RewardProcess process(quiet("while IFS= read -r line; do " + kAnswer + "; " + kAnswer + "; done"));
-      CHECK(process.score(batch(0, 1)) == std::vector<double>{1.0});
-      CHECK_THAT(error_of(process, batch(1, 1)), Catch::Contains("printed output before its request") ||
-                                                     Catch::Contains("the answer is for index 0 but request 1"));
+      const std::string first = error_of(process, batch(0, 1));
+      if (first == "<no error>") {
+        CHECK_THAT(error_of(process, batch(1, 1)), Catch::Contains("printed output before its request") ||
+                                                       Catch::Contains("the answer is for index 0 but request 1"));
+      } else {
+        CHECK_THAT(first, Catch::Contains("printed more lines than there were samples"));
+      }
     }
     {  // one line printed at start, before any request
       RewardProcess process(quiet("echo '{\"reward\": 0.5}'; while IFS= read -r line; do " + kAnswer + "; done"));

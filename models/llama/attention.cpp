@@ -58,8 +58,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
                            v.view({b, t, local_kv_heads_, d}), layout.key_valid, layout.fused, layout.window)
               .reshape({n, local_heads_, d});
   } else {
+    torch::Tensor kv_full;  // (N_full, H_kv_l, 2D) under cp
     if (layout.cp_shard != nullptr) {
-      const torch::Tensor kv_full = parallel::cp_gather_kv(torch::cat({k, v}, -1), *layout.cp_shard, layout.cp);
+      kv_full = parallel::cp_gather_kv(torch::cat({k, v}, -1), *layout.cp_shard, layout.cp);
       k = kv_full.narrow(-1, 0, d);  // (N_full, H_kv_l, D)
       v = kv_full.narrow(-1, d, d);
     }
@@ -67,6 +68,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     // only keeps them for the decode steps.
     if (kv != nullptr) store_prefill(*kv, k, v, layout.segments, layout.cache_slots, layout.cache_prefixes);
     out = packed_attention(q, k, v, layout.packed_plan);
+    // A cp rank without rows (a micro of 1- or 2-token sequences) computes no attention, so its
+    // output would not depend on the gathered K/V and its backward would skip the gather's
+    // reduce-scatter that the other ranks wait in. A zero term keeps the collective on every rank.
+    if (kv_full.defined() && n == 0) out = out + kv_full.sum() * 0;
   }
   return o_proj(out.reshape({n, local_heads_ * d}));  // (N, hidden)
 }

@@ -8,6 +8,16 @@
 
 namespace tandem::models {
 
+namespace {
+
+// Whether ids[i] also appears before position i.
+bool named_before(const std::vector<int64_t>& ids, size_t i) {
+  const auto end = ids.begin() + static_cast<std::ptrdiff_t>(i);
+  return std::find(ids.begin(), end, ids[i]) != end;
+}
+
+}  // namespace
+
 KvCache::KvCache(int64_t num_layers, int64_t slots, int64_t capacity, int64_t kv_heads, int64_t head_dim,
                  const torch::TensorOptions& options, int64_t prefix_slots, int64_t prefix_capacity)
     : lengths_(static_cast<size_t>(slots), 0),
@@ -44,8 +54,7 @@ void KvCache::check_prefill(const std::vector<AttentionSegment>& segments, const
     if (s < 0 || s >= this->slots() || lengths_[s] != 0 || prefix_[s] >= 0)
       throw std::invalid_argument("KvCache: prefill slot " + std::to_string(s) + " is out of range or not empty");
     // The lengths change only after the forward: a slot named twice would pass as empty twice.
-    if (std::find(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(i), s) !=
-        slots.begin() + static_cast<std::ptrdiff_t>(i))
+    if (named_before(slots, i))
       throw std::invalid_argument("KvCache: prefill slot " + std::to_string(s) + " is named twice in one prefill");
     if (segments[i].length > capacity_)
       throw std::invalid_argument("KvCache: a prompt of " + std::to_string(segments[i].length) +
@@ -106,8 +115,7 @@ void KvCache::check_prefix_prefill(const std::vector<AttentionSegment>& segments
     const int64_t p = prefixes[i];
     if (p < 0 || p >= prefix_slots() || prefix_readers_[p] != 0 || prefix_lengths_[p] != 0)
       throw std::invalid_argument("KvCache: prefix slot " + std::to_string(p) + " is out of range or in use");
-    if (std::find(prefixes.begin(), prefixes.begin() + static_cast<std::ptrdiff_t>(i), p) !=
-        prefixes.begin() + static_cast<std::ptrdiff_t>(i))
+    if (named_before(prefixes, i))
       throw std::invalid_argument("KvCache: prefix slot " + std::to_string(p) + " is named twice in one prefill");
     if (segments[i].length > prefix_capacity_)
       throw std::invalid_argument("KvCache: a prompt of " + std::to_string(segments[i].length) +

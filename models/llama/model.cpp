@@ -211,10 +211,11 @@ torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
 
 namespace {
 
-// The rows of `keep` (n) that go through the head: its nonzero ones, else row 0 alone.
+// The rows of `keep` (n) that go through the head: its nonzero ones, else row 0 alone (none when
+// n is 0: a cp rank without rows).
 torch::Tensor wanted_rows(const torch::Tensor& keep) {
   const torch::Tensor rows = (keep != 0).nonzero().squeeze(1);  // (R)
-  return rows.numel() > 0 ? rows : torch::zeros({1}, rows.options());
+  return rows.numel() > 0 || keep.numel() == 0 ? rows : torch::zeros({1}, rows.options());
 }
 
 // (R) values at `rows` of an (n) axis, 0 elsewhere.
@@ -247,6 +248,14 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch
     if (part.entropy.defined()) r.entropy = scatter_rows(part.entropy, rows, n_local);
   } else {
     r = head_log_probs(hidden, t, o, index);  // (n_local)
+  }
+  if (ctx_.cp_enabled() && n_local == 0 && hidden.requires_grad()) {
+    // A cp rank without rows: the head saw none, so tie its outputs to the (empty) hidden rows,
+    // else this rank's backward would skip the layers' cp collectives (attention.cpp).
+    const torch::Tensor zero = hidden.sum() * 0;  // ()
+    r.logp = r.logp + zero;
+    if (r.entropy.defined()) r.entropy = r.entropy + zero;
+    if (r.loss.defined()) r.loss = r.loss + zero;
   }
   if (ctx_.cp_enabled()) {
     r.logp = parallel::cp_gather_outputs(r.logp, shard, ctx_.cp);  // (N)

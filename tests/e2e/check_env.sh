@@ -86,7 +86,9 @@ for layout in "tp2 --set parallel.tp=2" "cp2 --set parallel.cp=2"; do
   fi
 done
 
-if run example --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $root/docs/env_example.py"; then
+# A private copy, so the orphan check below cannot see another test's run of the same file.
+cp "$root/docs/env_example.py" "$out/env_example.py"
+if run example --set tracks.ar.env.name=command --set "tracks.ar.env.command=$py $out/env_example.py"; then
   ok "the Python example environment drives a run (env/episodes $(metric example ar/env/episodes))"
 else
   bad "example environment run: $(tail -15 "$out/example.log")"
@@ -228,8 +230,8 @@ else
   bad "configs/tool_calc.yaml: exit $rc, rates '$rates': $(tail -8 "$out/tool_calc.log")"
 fi
 
-if pgrep -f "$out/fake_env.py" >/dev/null || pgrep -f "docs/env_example.py" >/dev/null; then
-  bad "environment processes outlived their runs: $(pgrep -af 'fake_env.py|env_example.py')"
+if pgrep -f "$out/fake_env.py" >/dev/null || pgrep -f "$out/env_example.py" >/dev/null; then
+  bad "environment processes outlived their runs: $(pgrep -af "$out/(fake_env|env_example).py")"
 else
   ok "no environment process outlived its run"
 fi

@@ -60,7 +60,9 @@ Outcome run(models::LlamaForCausalLM& model, const test::RaggedBatch& b, bool pa
   o.loss = loss.item<double>();
   o.logp = r.logp.detach();
   o.entropy = r.entropy.detach();
-  for (const auto& p : model->named_parameters()) o.grads[p.key()] = p.value().grad().clone();
+  // A cp rank without tokens reaches no weight: undefined there, zeros to the gradient reduction.
+  for (const auto& p : model->named_parameters())
+    o.grads[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
   torch::NoGradGuard no_grad;
   o.logits = packed ? model->logits(b.packed) : model->logits(b.padded);
   return o;
@@ -326,4 +328,30 @@ TEST_CASE("an uneven vocabulary split cuts the same logits chunks on every tp ra
   const auto whole = parallel::vocab_parallel_log_probs(hidden, weight, targets, 0, nullptr, {true});
   CHECK(test::rel_to_max(split.logp, whole.logp) < 1e-12);
   CHECK(test::rel_to_max(split.entropy, whole.entropy) < 1e-12);
+}
+
+TEST_CASE("a cp rank whose shard is empty (micros of 1-2 tokens) takes part and gives the one-rank results",
+          "[mpi][llama]") {
+  // cp 2 cuts a 1-token sequence into 4 chunks, cp 4 cuts 1- and 2-token ones into 8: most chunks
+  // are empty, and a micro of such sequences leaves some cp ranks no row at all.
+  models::LlamaForCausalLM single = models::load_llama(test::llama_fixture("tiny_qwen2"), {}, torch::kFloat64);
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{1}, std::vector<int64_t>{2, 1}}) {
+    const test::RaggedBatch b = test::ragged_batch(test::random_sequences(lengths, 97, 5));
+    const int64_t n = b.packed_targets.numel();
+    const torch::Tensor all = torch::ones({n}, torch::kFloat64);
+    for (const bool fused : {false, true}) {
+      for (const bool restrict : {false, true}) {
+        const Outcome ref = run(single, b, true, fused, 0, all, false);
+        for (const Layout l : kLayouts) {
+          if (!fits(l) || l.tp == 4 || l.cp == 1) continue;
+          INFO("lengths " << lengths.size() << " tp=" << l.tp << " cp=" << l.cp << (fused ? " fused" : "")
+                          << (restrict ? " wanted" : ""));
+          Groups g(l);
+          models::LlamaForCausalLM model =
+              models::load_llama(test::llama_fixture("tiny_qwen2"), g.ctx, torch::kFloat64);
+          check_equal(run(model, b, true, fused, 0, all, restrict), ref, single->config(), g, fused);
+        }
+      }
+    }
+  }
 }
