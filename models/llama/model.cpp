@@ -14,6 +14,17 @@ namespace tandem::models {
 
 namespace {
 
+// Token ids outside [0, vocab): under tp the embedding would give them a zero row and the head
+// -lse, silently. Host tensors only (the ids are built there; a device copy would cost a sync).
+void require_ids_in_vocab(const torch::Tensor& ids, int64_t vocab, const char* what) {
+  if (!ids.defined() || ids.numel() == 0 || !ids.is_cpu()) return;
+  const auto [lo, hi] = torch::aminmax(ids);
+  const int64_t low = lo.item<int64_t>(), high = hi.item<int64_t>();
+  if (low < 0 || high >= vocab)
+    throw std::invalid_argument("llama: " + std::string(what) + " id " + std::to_string(low < 0 ? low : high) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+}
+
 // What a recomputed layer needs in the backward, when the forward's layout (a local of the
 // caller) is gone: a copy of it with the cp shard it points to, shared by every layer.
 struct ReplayLayout {
@@ -154,6 +165,7 @@ void LlamaForCausalLMImpl::finish_layout(AttentionLayout& layout, const torch::T
 torch::Tensor LlamaForCausalLMImpl::hidden_packed(const PackedInput& in, AttentionLayout* layout,
                                                   parallel::CpShard* shard) {
   const torch::Tensor& w = model->norm->weight;
+  require_ids_in_vocab(in.input_ids, config_.vocab_size, "input");
   torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
   torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
   const int64_t n = ids.size(0);
@@ -187,6 +199,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_padded(const PaddedInput& in) {
   AttentionLayout layout;
   layout.batch = in.input_ids.size(0);
   layout.width = in.input_ids.size(1);
+  require_ids_in_vocab(in.input_ids, config_.vocab_size, "input");
   layout.key_valid = in.attention_mask.to(w.device()).to(torch::kBool);    // (B, T)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (B*T)
   finish_layout(layout, pos, 0, 0);
@@ -227,6 +240,7 @@ torch::Tensor scatter_rows(const torch::Tensor& v, const torch::Tensor& rows, in
 
 TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch::Tensor& targets,
                                               const LogProbOptions& o) {
+  require_ids_in_vocab(targets, config_.vocab_size, "target");
   AttentionLayout layout;
   parallel::CpShard shard;
   const torch::Tensor hidden = hidden_packed(in, &layout, &shard);  // (n_local, hidden)
@@ -266,6 +280,7 @@ TokenLogProbs LlamaForCausalLMImpl::log_probs(const PackedInput& in, const torch
 
 TokenLogProbs LlamaForCausalLMImpl::log_probs(const PaddedInput& in, const torch::Tensor& targets,
                                               const LogProbOptions& o) {
+  require_ids_in_vocab(targets, config_.vocab_size, "target");
   const int64_t b = in.input_ids.size(0), t = in.input_ids.size(1);
   const torch::Tensor hidden = hidden_padded(in);                            // (B*T, hidden)
   torch::Tensor keep = in.attention_mask.reshape({-1}).to(hidden.device());  // (B*T)
@@ -298,6 +313,7 @@ KvCache LlamaForCausalLMImpl::make_kv_cache(int64_t slots, int64_t capacity, int
 torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cache, const std::vector<int64_t>& slots,
                                             bool into_prefixes) {
   const torch::Tensor& w = model->norm->weight;
+  require_ids_in_vocab(in.input_ids, config_.vocab_size, "input");
   const torch::Tensor ids = in.input_ids.reshape({-1}).to(w.device());     // (N)
   const torch::Tensor pos = in.position_ids.reshape({-1}).to(w.device());  // (N)
   require_host_metadata(in, "llama prefill");
@@ -333,6 +349,7 @@ torch::Tensor LlamaForCausalLMImpl::prefill(const PackedInput& in, KvCache* cach
 }
 
 torch::Tensor LlamaForCausalLMImpl::decode_step(const torch::Tensor& ids, KvCache& cache) {
+  require_ids_in_vocab(ids, config_.vocab_size, "input");
   const torch::Tensor& w = model->norm->weight;
   const int64_t n = ids.numel();
   AttentionLayout layout;

@@ -355,3 +355,32 @@ TEST_CASE("a cp rank whose shard is empty (micros of 1-2 tokens) takes part and 
     }
   }
 }
+
+TEST_CASE("ids outside the vocabulary are refused by name, not embedded as zeros or scored as -lse under tp",
+          "[mpi][llama]") {
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({5, 4}, 97, 3));
+  for (const Layout l : {Layout{1, 1}, Layout{2, 1}}) {
+    if (!fits(l)) continue;
+    INFO("tp=" << l.tp);
+    Groups g(l);
+    models::LlamaForCausalLM model = models::load_llama(test::llama_fixture("tiny_qwen2"), g.ctx, torch::kFloat64);
+    const int64_t vocab = model->config().vocab_size;
+    models::LogProbOptions opts{true, true, 5};
+    CHECK_NOTHROW(model->log_probs(b.packed, b.packed_targets, opts));
+    for (const int64_t bad : {vocab, int64_t{-1}}) {
+      torch::Tensor targets = b.packed_targets.clone();
+      targets[3] = bad;
+      CHECK_THROWS_WITH(model->log_probs(b.packed, targets, opts),
+                        Catch::Contains("target id " + std::to_string(bad) + " is outside the vocabulary [0, 97)"));
+      models::PackedInput in = b.packed;
+      in.input_ids = in.input_ids.clone();
+      in.input_ids.view(-1)[2] = bad;
+      CHECK_THROWS_WITH(model->log_probs(in, b.packed_targets, opts),
+                        Catch::Contains("input id " + std::to_string(bad) + " is outside the vocabulary"));
+      CHECK_THROWS_WITH(model->logits(in), Catch::Contains("input id " + std::to_string(bad)));
+      torch::Tensor padded = b.padded_targets.clone();
+      padded.view(-1)[1] = bad;
+      CHECK_THROWS_WITH(model->log_probs(b.padded, padded, opts), Catch::Contains("target id " + std::to_string(bad)));
+    }
+  }
+}
