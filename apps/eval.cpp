@@ -49,14 +49,17 @@ EvalSubject subject(const EvalArgs& a) {
     return s;
   }
   const bool run_dir = fs::exists(fs::path(a.checkpoint) / "checkpoints");
-  const CheckpointDir::Choice choice =
-      run_dir ? CheckpointDir(a.checkpoint, 0).newest_intact() : CheckpointDir::resolve("", a.checkpoint);
+  const CheckpointDir::Choice choice = run_dir ? CheckpointDir(a.checkpoint, 0).newest_intact()
+                                               : CheckpointDir::resolve("", a.checkpoint, "--checkpoint");
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(a.checkpoint + ": no complete checkpoint");
-  const Config saved = load_saved_config(*choice.path + "/recipe.yaml");
+  const std::string recipe = *choice.path + "/recipe.yaml";
+  const Config saved = load_saved_config(recipe);
   // --set applies to the saved recipe too (it was read only with --config and dropped without it).
-  s.config = a.config_path.empty() ? load_saved_config(*choice.path + "/recipe.yaml", a.overrides)
-                                   : load_config(a.config_path, a.overrides);
+  // --config's own model section is replaced below, so its hf_dir is not opened.
+  s.config = !a.config_path.empty() ? load_config(a.config_path, a.overrides, /*resolve_model_dir=*/false)
+             : a.overrides.empty()  ? saved
+                                    : load_saved_config(recipe, a.overrides);
   // The checkpoint's model and tokenizer, whatever the eval recipe says about them.
   s.config.tracks.ar.model = saved.tracks.ar.model;
   s.config.tracks.ar.tokenizer = saved.tracks.ar.tokenizer;

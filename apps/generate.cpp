@@ -48,7 +48,7 @@ Policy from_checkpoint(const std::string& path) {
   // A run directory means its newest intact checkpoint.
   const bool run_dir = fs::exists(fs::path(path) / "checkpoints");
   const CheckpointDir::Choice choice =
-      run_dir ? CheckpointDir(path, 0).newest_intact() : CheckpointDir::resolve("", path);
+      run_dir ? CheckpointDir(path, 0).newest_intact() : CheckpointDir::resolve("", path, "--checkpoint");
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(path + ": no complete checkpoint");
   const std::string& dir = *choice.path;

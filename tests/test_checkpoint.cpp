@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/error.h"
 #include "core/run/checkpoint.h"
@@ -117,6 +118,14 @@ TEST_CASE("resume of a named damaged checkpoint, or with every checkpoint damage
   CHECK_THROWS_WITH(CheckpointDir::resolve(run, run + "/checkpoints/step_000002"),
                     Catch::Contains("damaged checkpoint: state.json: contents changed"));
   CHECK(CheckpointDir::resolve(run, run + "/checkpoints/step_000001").path.has_value());  // control
+  // The errors name the flag the user gave: eval and generate take --checkpoint.
+  CHECK_THROWS_WITH(CheckpointDir::resolve("", run + "/checkpoints/step_000002"),
+                    Catch::StartsWith("--resume " + run) && Catch::Contains("or --resume auto"));
+  CHECK_THROWS_WITH(CheckpointDir::resolve("", run + "/checkpoints/step_000002", "--checkpoint"),
+                    Catch::StartsWith("--checkpoint " + run) && !Catch::Contains("--resume") &&
+                        Catch::Contains("--checkpoint RUN_DIR (its newest intact checkpoint)"));
+  CHECK_THROWS_WITH(CheckpointDir::resolve("", run + "/nowhere", "--checkpoint"),
+                    Catch::Equals("--checkpoint " + run + "/nowhere: no such checkpoint directory"));
   damage(run, 1);
   CHECK_THROWS_WITH(CheckpointDir::resolve(run, "auto"),
                     Catch::StartsWith("no intact checkpoint in " + run + "/checkpoints, every one is damaged: ") &&
@@ -137,4 +146,16 @@ TEST_CASE("a checkpoint without a manifest (an older tandem's) loads with a warn
   const auto named = CheckpointDir::resolve(run, run + "/checkpoints/step_000005");
   CHECK(named.warnings.size() == 1);
   fs::remove_all(run);
+}
+
+TEST_CASE("a checkpoint's side files are written checked: a full disk is a named error, not a truncated file",
+          "[checkpoint]") {
+  // /dev/full takes the open and fails every write with ENOSPC, as a full file system does.
+  CHECK_THROWS_AS(write_file_checked("/dev/full", std::string(100000, 'x')), UserError);
+  CHECK_THROWS_WITH(write_file_checked("/dev/full", "12\n"), Catch::Contains("cannot write /dev/full (disk full?"));
+  const std::string dir = fresh_dir("side_files");
+  write_file_checked(dir + "/state.json", "{}\n");  // control
+  std::ifstream in(dir + "/state.json");
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "{}\n");
+  fs::remove_all(dir);
 }

@@ -506,8 +506,10 @@ Config load_saved_config(const std::string& path, const std::vector<std::string>
   return load_config_from_node(parse_recipe(read_recipe_file(path), path), path, overrides, false);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (path.empty()) return load_config_from_string(kEmbeddedQuickstart, "<embedded quickstart>", overrides);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, bool resolve_model_dir) {
+  if (path.empty())
+    return load_config_from_node(parse_recipe(kEmbeddedQuickstart, "<embedded quickstart>"), "<embedded quickstart>",
+                                 overrides, resolve_model_dir);
   YAML::Node root = parse_recipe(read_recipe_file(path), path);
   // A named file that holds nothing is a mistake (wrong file, truncated copy), not a request for
   // the defaults, which every key left out already gets.
@@ -515,7 +517,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw UserError(path +
                     ": the recipe file has no keys (it is empty or only comments); write the recipe into it, "
                     "or leave out --config to run the default recipe");
-  return load_config_from_node(root, path, overrides, true);
+  return load_config_from_node(root, path, overrides, resolve_model_dir);
 }
 
 }  // namespace tandem

@@ -394,7 +394,9 @@ int64_t image_tokens_per_sample(const ImageModelConfig& model);
 // directory (tracks.ar.model.hf_dir: config.json fills the architecture keys, see ArModelConfig)
 // and validates. Throws UserError with a one-line message naming the key path; a file with no
 // keys at all (empty, only comments) is a UserError naming the file, not a request for the defaults.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// `resolve_model_dir` false: the model section will come from elsewhere (a checkpoint's saved
+// recipe, `eval --checkpoint --config`), so its hf_dir is not read and need not exist here.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, bool resolve_model_dir = true);
 Config load_config_from_string(const std::string& yaml_text, const std::string& source_name,
                                const std::vector<std::string>& overrides);
 

@@ -35,6 +35,15 @@ std::optional<int64_t> parse_step(const std::string& name) {
 
 }  // namespace
 
+void write_file_checked(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.flush();
+  if (!out) throw UserError("cannot write " + path + " (disk full? out of quota?)");
+  out.close();
+  if (out.fail()) throw UserError("cannot write " + path + " (disk full? out of quota?)");
+}
+
 CheckpointDir::CheckpointDir(std::string run_dir, int64_t keep_last)
     : run_dir_(std::move(run_dir)), keep_last_(keep_last) {}
 
@@ -56,7 +65,7 @@ std::string CheckpointDir::begin(int64_t step) const {
 std::string CheckpointDir::commit(int64_t step) const {
   const fs::path staging = staging_path(step), final_path = fs::path(root()) / step_name(step);
   write_manifest(staging.string(), {kCompleteMarker});
-  std::ofstream(staging / kCompleteMarker) << step << "\n";
+  write_file_checked((staging / kCompleteMarker).string(), std::to_string(step) + "\n");
   for (const auto& e : fs::recursive_directory_iterator(staging))
     if (e.is_regular_file()) fsync_path(e.path());
   fsync_path(staging);
@@ -64,10 +73,7 @@ std::string CheckpointDir::commit(int64_t step) const {
   fs::rename(staging, final_path);
   fsync_path(root());
   const fs::path tmp = fs::path(root()) / ".latest.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << step_name(step) << "\n";
-  }
+  write_file_checked(tmp.string(), step_name(step) + "\n");
   fsync_path(tmp);
   fs::rename(tmp, fs::path(root()) / "latest");
   fsync_path(root());
@@ -134,18 +140,23 @@ CheckpointDir::Choice CheckpointDir::newest_intact() const {
                   "; restore the damaged files or start a new run (set run.name)");
 }
 
-CheckpointDir::Choice CheckpointDir::resolve(const std::string& run_dir, const std::string& resume) {
+CheckpointDir::Choice CheckpointDir::resolve(const std::string& run_dir, const std::string& resume,
+                                             const std::string& option) {
   if (resume.empty()) return {};
   if (resume == "auto") return CheckpointDir(run_dir, 0).newest_intact();
+  // What to give instead: --resume auto walks back past a bad checkpoint, as a run directory does for
+  // eval and generate.
+  const std::string instead = option == "--resume" ? "--resume auto (which skips damaged ones)"
+                                                   : option + " RUN_DIR (its newest intact checkpoint)";
   const fs::path p(resume);
-  if (!fs::is_directory(p)) throw UserError("--resume " + resume + ": no such checkpoint directory");
+  if (!fs::is_directory(p)) throw UserError(option + " " + resume + ": no such checkpoint directory");
   if (!fs::exists(p / kCompleteMarker))
-    throw UserError("--resume " + resume + ": incomplete checkpoint (no " + kCompleteMarker +
-                    " marker; it was interrupted while being written); use the previous one or --resume auto");
+    throw UserError(option + " " + resume + ": incomplete checkpoint (no " + kCompleteMarker +
+                    " marker; it was interrupted while being written); use the previous one or " + instead);
   const Integrity check = verify_manifest(p.string());
   if (check.status == Integrity::Status::kDamaged)
-    throw UserError("--resume " + resume + ": damaged checkpoint: " + check.detail +
-                    "; use an older checkpoint or --resume auto (which skips damaged ones)");
+    throw UserError(option + " " + resume + ": damaged checkpoint: " + check.detail + "; use an older checkpoint or " +
+                    instead);
   Choice choice;
   if (check.status == Integrity::Status::kUnverified)
     choice.warnings.push_back(p.string() + ": loading without verification: " + check.detail);

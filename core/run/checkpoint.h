@@ -13,6 +13,10 @@
 
 namespace tandem {
 
+// Writes `bytes` to `path` (truncating it), flushed and checked: a short write (a full disk, a
+// quota) is a UserError naming the file, never a truncated file that the manifest then vouches for.
+void write_file_checked(const std::string& path, const std::string& bytes);
+
 class CheckpointDir {
  public:
   CheckpointDir(std::string run_dir, int64_t keep_last);
@@ -44,7 +48,8 @@ class CheckpointDir {
 
   // --resume: "auto" -> newest_intact() of run_dir; anything else is a checkpoint directory path,
   // which must exist, be complete and verify (UserError naming the damaged file otherwise).
-  static Choice resolve(const std::string& run_dir, const std::string& resume);
+  // `option` is the flag the user gave it with, which the errors name (eval / generate: --checkpoint).
+  static Choice resolve(const std::string& run_dir, const std::string& resume, const std::string& option = "--resume");
   // A committed checkpoint directory carries this marker file, written last before the rename.
   static constexpr const char* kCompleteMarker = "COMPLETE";
 

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/error.h"
+
 namespace fs = std::filesystem;
 
 namespace tandem {
@@ -124,7 +126,7 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& excl
   nlohmann::json manifest = {{"format", kFormat}, {"files", files}};
   std::ofstream out(fs::path(dir) / kManifestFile, std::ios::trunc);
   out << manifest.dump(1) << "\n";
-  if (!out) throw std::runtime_error(dir + "/" + kManifestFile + ": write failed");
+  if (!out.flush()) throw UserError(dir + "/" + kManifestFile + ": cannot write (disk full? out of quota?)");
 }
 
 Integrity verify_manifest(const std::string& dir) {

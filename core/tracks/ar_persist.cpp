@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/regular_file.h"
+#include "core/run/checkpoint.h"
 #include "core/tracks/ar_track.h"
 #include "core/tracks/lora_checkpoint.h"
 
@@ -80,7 +81,7 @@ void ArTrack::dump(int64_t step, const std::vector<ArSample>& samples) const {
   for (const auto& s : samples) ptrs.push_back(&s);
   const auto bytes = serialize_samples(ptrs);
   const std::string path = dump_path(dir, step, dp_rank_);
-  std::ofstream(path + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  write_file_checked(path + ".tmp", std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   std::filesystem::rename(path + ".tmp", path);
 }
 

@@ -374,8 +374,8 @@ struct Trainer::Impl {
       state["recipe_hash"] = recipe_hash(to_yaml(config));
       state["libtorch"] = TORCH_VERSION;  // what wrote the AdamW state (torch::save's archive)
       for (auto& t : tracks) state["tracks"][t->name()] = t->state();
-      std::ofstream(dir + "/trainer_state.json") << state.dump(2) << "\n";
-      std::ofstream(dir + "/recipe.yaml") << to_yaml(config);
+      write_file_checked(dir + "/trainer_state.json", state.dump(2) + "\n");
+      write_file_checked(dir + "/recipe.yaml", to_yaml(config));
     }
     comms.world->barrier();
     if (rank0) fault::maybe_kill("in_checkpoint", completed, "rank 0");

@@ -64,6 +64,16 @@ if run guess --set eval.every=2 --set eval.samples_per_prompt=2 --set eval.max_p
   else
     bad "tandem eval on an episode run: $(tail -5 "$out/eval.log")"
   fi
+  # --config gives the eval section; the checkpoint's model replaces the recipe's, whose hf_dir is
+  # not opened (it once was: a recipe written on another machine failed here).
+  if "$tandem" eval --checkpoint "$out/runs/guess" --config "$root/tests/e2e/tiny_env.yaml" \
+       --set tracks.ar.model.hf_dir=/nonexistent/model --set eval.max_prompts=2 --set eval.samples_per_prompt=2 \
+       --set "tracks.ar.tokenizer.path=$tok/tokenizer.json" >"$out/eval_config.log" 2>&1 \
+     && grep -qE '"eval/prompts":2(\.0)?[,}]' "$out/eval_config.log"; then
+    ok "tandem eval --checkpoint --config: the recipe's own hf_dir is not opened"
+  else
+    bad "tandem eval --checkpoint --config: $(tail -5 "$out/eval_config.log")"
+  fi
   if grep -rqs '"model_turns"' "$out/runs/guess/samples"; then ok "samples/ shows the episodes' model turns"
   else bad "samples/ has no model_turns: $(ls "$out/runs/guess")"; fi
 else
