@@ -59,6 +59,13 @@ TEST_CASE("brightness and color_target rewards", "[image_rewards]") {
   CHECK(r[0] == Approx(-std::sqrt(2.0)));  // white: (1, 1, 1) vs (1, 0, 0)
   CHECK(r[1] == Approx(-1.0));             // black
   CHECK_THROWS_AS(red.score(images, zeros(2)), std::invalid_argument);
+
+  // Past white scores as white, as its PNG shows it; NaN as mid grey: the range stays [0, 1]
+  // (brightness) and [-sqrt(3), 0] (colour target), and a policy cannot earn reward off the image.
+  torch::Tensor odd = torch::stack({torch::full({3, 4, 4}, 3.0), torch::full({3, 4, 4}, -7.0),
+                                    torch::full({3, 4, 4}, std::nan(""))});  // (3, 3, 4, 4)
+  CHECK(bright.score(odd, zeros(3)) == std::vector<double>{1.0, 0.0, 0.5});
+  CHECK(red.score(odd, zeros(3))[0] == Approx(-std::sqrt(2.0)));
 }
 
 TEST_CASE("shape classifier: accuracy on clean generated shapes", "[image_rewards][shapes]") {

@@ -14,9 +14,11 @@ namespace tandem::rewards {
 
 namespace {
 
-// (B, C, H, W) in [-1, 1] -> (B, C) mean of each channel mapped to [0, 1], float64 on the CPU.
+// (B, C, H, W) -> (B, C) mean of each channel mapped to [0, 1], float64 on the CPU. The pixels
+// are clamped to [-1, 1] first, as the PNG and JPEG encoders clamp them: a policy must not earn
+// reward for values past white that the saved image cannot show (NaN counts as 0).
 torch::Tensor mean_colors(const torch::Tensor& images) {
-  return (images.detach().to(torch::kCPU, torch::kFloat64).mean({2, 3}) + 1) / 2;
+  return (images.detach().to(torch::kCPU, torch::kFloat64).nan_to_num(0).clamp(-1, 1).mean({2, 3}) + 1) / 2;
 }
 
 std::vector<double> to_vector(const torch::Tensor& t) {

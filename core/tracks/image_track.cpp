@@ -250,6 +250,9 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
   sch.num_mini_batches = config_.train.num_mini_batches;
   sch.micro_batch_size = geometry_.micro_batch_size;
   sch.max_tokens_per_micro = geometry_.max_tokens_per_micro;
+  // seq-mean-token-sum-norm's L_norm: every sample trains exactly train_timesteps_ "tokens", as the
+  // AR track's default is its longest response (else it divided by 1: a sum over the timesteps).
+  sch.l_norm = static_cast<double>(train_timesteps_);
   StepPlan<ImageSample> plan = plan_and_exchange(local, costs, sch, *comms_.dp);
   directory_ = std::move(plan.directory), schedule_ = std::move(plan.schedule), mine_ = std::move(plan.mine);
   metrics["schedule/micros"] = static_cast<double>(schedule_stats(schedule_, directory_.costs, sch).micros);
@@ -275,7 +278,10 @@ void ImageTrack::prepare(int64_t step, MetricMap& metrics) {
           if (im.algo.old_logp == OldLogp::kRecompute) cols.push_back(transition(*flow_, samples, k).log_prob);
           if (kl_on()) ref_mean_.back().back().push_back(reference_transition(samples, k).mean);
         }
-        old_logp_.back().push_back(cols.empty() ? torch::Tensor() : torch::stack(cols, 1));  // (B, T)
+        // On the host in float64, as the training step's new log-probs are: a CUDA run's transition
+        // log-probs are on the GPU, and the ratio mixed the two devices.
+        old_logp_.back().push_back(cols.empty() ? torch::Tensor()
+                                                : torch::stack(cols, 1).to(torch::kCPU).to(torch::kFloat64));  // (B, T)
         old_slices_.back().push_back(ids_of(samples));
       }
     }
@@ -316,7 +322,7 @@ void ImageTrack::recompute_old_logp_for_test() {
           all.begin() + static_cast<long>(first), all.begin() + static_cast<long>(std::min(all.size(), first + size)));
       std::vector<torch::Tensor> cols;
       for (int64_t k = 0; k < train_timesteps_; ++k) cols.push_back(transition(*flow_, samples, k).log_prob);
-      const torch::Tensor t = torch::stack(cols, 1);  // (B, T)
+      const torch::Tensor t = torch::stack(cols, 1).to(torch::kCPU).to(torch::kFloat64);  // (B, T)
       const std::vector<int64_t> ids = ids_of(samples);
       for (size_t i = 0; i < samples.size(); ++i)
         row[samples[i]->index] = t[static_cast<int64_t>(i)], computed_in[samples[i]->index] = ids;
