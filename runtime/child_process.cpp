@@ -149,6 +149,9 @@ void ChildProcess::start(const std::string& command, const std::string& what, bo
     throw UserError(what + ": cannot start /bin/sh: " + std::strerror(err));
   }
   if (pid == 0) run_guardian(parent, in_pipe[0], out_pipe[1], err_pipe[1], argv);  // never returns
+  // The parent sets the group too, so a kill of the group right after start cannot precede the
+  // child's own setpgid (EACCES once the child has exec'd: it did it already).
+  ::setpgid(pid, pid);
   ::close(in_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[1]);
   pid_ = pid;
   in_fd_ = in_pipe[1];

@@ -129,6 +129,11 @@ TEST_CASE("the token a template closes an assistant turn with stops a response",
     const auto id = tok->token_to_id(end);
     REQUIRE(id);
     CHECK(std::count(format.stop_ids().begin(), format.stop_ids().end(), *id) == 1);
-    if (name == "llama3") CHECK(tok->eos_id() != id);  // control: the tokenizer's eos is another token
+    // Warm-start answers and demonstrated turns end with it, not with a base tokenizer's EOS.
+    CHECK(format.end_of_turn_id() == *id);
+    if (name == "llama3") {  // control: the tokenizer's eos is another token, and first among the stops
+      CHECK(tok->eos_id() != id);
+      CHECK(format.stop_ids().front() != *id);
+    }
   }
 }

@@ -2,6 +2,8 @@
 // malformed form reported (never thrown) with the call's number.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "core/env/tool_calls.h"
 
 using namespace tandem::env;
@@ -33,4 +35,9 @@ TEST_CASE("malformed tool calls are reported with their number, the good ones ke
   // A turn cut by the token cap mid-call.
   CHECK(*parse_tool_calls("<tool_call>{\"name\": \"a\", \"argu").error ==
         "tool call 1: <tool_call> is not closed by </tool_call>");
+  // A long body is quoted to 80 bytes, never cut inside a character: "×" is 2 bytes, at bytes 79-80.
+  const std::string body = "{calc: " + std::string(72, '7') + "\u00d7" + "3}";
+  const std::string error = *parse_tool_calls("<tool_call>" + body + "</tool_call>").error;
+  CHECK(error == "tool call 1: not a JSON object: '{calc: " + std::string(72, '7') + "...'");
+  CHECK(nlohmann::json(error).dump() != "");  // valid UTF-8: a throw here was the bug
 }

@@ -221,6 +221,18 @@ void validate_env(const Config& c) {
           "turn splits multi-turn episodes into one sample per model turn; without tracks.ar.env.name there are "
           "none: remove it");
   if (!e.enabled()) return;
+  // A rank waiting out a hung environment (then its restart's hello, as long again) keeps the other
+  // ranks in a collective: past parallel.timeout_s the watchdog ends the job, where a hung
+  // environment should fail only its own episodes.
+  const auto secs = [](double x) {
+    std::ostringstream o;
+    o << x;
+    return o.str();
+  };
+  require(2 * e.timeout_s <= c.parallel.timeout_s, "tracks.ar.env.timeout_s",
+          secs(e.timeout_s) + " s is more than half of parallel.timeout_s " + secs(c.parallel.timeout_s) +
+              " s: other ranks wait in a collective while one waits out a hung environment and its restart, and the "
+              "collective watchdog would end the job; lower tracks.ar.env.timeout_s or raise parallel.timeout_s");
   const std::string why = " (tracks.ar.env.name " + e.name + " turns multi-turn episodes on)";
   require(e.name != "command" || (e.command && !e.command->empty()), "tracks.ar.env.command",
           "is required when env.name is command (a process speaking docs/env_protocol.md)");

@@ -13,7 +13,14 @@ std::string trimmed(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
-std::string shown(const std::string& s) { return s.size() > 80 ? s.substr(0, 80) + "..." : s; }
+// The first 80 bytes, cut before a character (not inside a multi-byte one, which would make the
+// parse error that quotes it invalid UTF-8 that no tokenizer encodes).
+std::string shown(const std::string& s) {
+  if (s.size() <= 80) return s;
+  size_t cut = 80;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return s.substr(0, cut) + "...";
+}
 
 }  // namespace
 

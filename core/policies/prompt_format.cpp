@@ -87,7 +87,8 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
     // The token the template closes an assistant turn with (Llama 3's <|eot_id|>, whose tokenizer
     // and config name <|end_of_text|> as eos): without it a model without a generation_config.json
     // would never stop.
-    if (const auto id = turn_end_id(); id) add_unique(stop_ids_, *id);
+    turn_end_ = turn_end_id();
+    if (turn_end_) add_unique(stop_ids_, *turn_end_);
   }
 }
 

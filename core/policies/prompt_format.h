@@ -61,6 +61,10 @@ class PromptFormat {
   // Every id that ends a response, without repeats: tokenizer EOS, template eos_token, model ids,
   // and the special token the template closes an assistant turn with.
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  // The id a model turn ends with: the special token the template closes an assistant turn with
+  // (<|im_end|>, <|eot_id|>), else the first stop id. A base tokenizer's EOS (<|endoftext|>,
+  // <|end_of_text|>) ends documents, not turns.
+  int64_t end_of_turn_id() const { return turn_end_ ? *turn_end_ : stop_ids_.front(); }
   // "chat template <file>, system prompt: yes, stop: <|im_end|> <|endoftext|>" for the start-up log.
   std::string describe() const;
 
@@ -76,6 +80,7 @@ class PromptFormat {
   std::optional<std::string> system_prompt_;
   int64_t model_vocab_ = 0;
   std::vector<int64_t> stop_ids_;
+  std::optional<int64_t> turn_end_;
 };
 
 // Throws UserError (naming `what`) when the model's vocabulary cannot hold the tokenizer's: a

@@ -44,7 +44,7 @@ std::vector<ArSample> ArTrack::demonstration_shard(int64_t step) {
     const int64_t g = step * w.batch_size + j;
     const int64_t k = order(g / n)[static_cast<size_t>(g % n)];
     out.push_back(env::demonstration_sample(*episodes_->conversation, warm_demos_[static_cast<size_t>(k)],
-                                            format_->stop_ids().front(), format_->system_prompt(),
+                                            format_->end_of_turn_id(), format_->system_prompt(),
                                             episodes_->limits.max_tokens,
                                             "demonstration " + std::to_string(k + 1) + " of " + *w.demos));
   }
@@ -89,7 +89,7 @@ double ArTrack::warmstart_step(int64_t step) {
     s.tokens = format_->encode(p.prompt.text);
     s.prompt_len = static_cast<int64_t>(s.tokens.size());
     auto answer = tokenizer_->encode(p.prompt.answer);
-    if (!format_->stop_ids().empty()) answer.push_back(format_->stop_ids().front());  // ends like a response
+    if (!format_->stop_ids().empty()) answer.push_back(format_->end_of_turn_id());  // ends like a response
     s.tokens.insert(s.tokens.end(), answer.begin(), answer.end());
     s.response_mask.assign(answer.size(), 1);
     local_tokens += static_cast<double>(answer.size());
