@@ -7,6 +7,7 @@
 #include "chat_fixtures.h"
 
 #include <fstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "core/env/episode.h"
@@ -131,4 +132,47 @@ TEST_CASE("a turn cut by a stop string gets the end-of-turn token, untrained", "
   CHECK(std::vector<int64_t>(third.tokens().begin() + static_cast<long>(before),
                              third.tokens().begin() + static_cast<long>(before + 5)) == letters);
   CHECK(l.tokenizer->encode("hello") != letters);  // the control: re-tokenising would change them
+}
+
+TEST_CASE("Qwen3: a turn without a closed think block goes on, its tokens the whole conversation's render",
+          "[env][episode]") {
+  // Rendered last, such a turn gets an empty "<think>\n\n</think>\n\n" in front; followed by more
+  // messages it does not. The episode checks the longer render against the text the model saw.
+  Loaded l;
+  if (!load("qwen3", l)) {
+    WARN("skipping: the real Qwen3 tokenizer is not in " << test::real_tokenizer_dir("qwen3"));
+    return;
+  }
+  ConversationFormat format{l.chat_template.get(), l.tokenizer.get(), nullptr, nlohmann::json::object(), "qwen3"};
+  const ojson first = ojson::array({ojson{{"role", "user"}, {"content", "What is 6 * 7? Use the tool."}}});
+  const ojson tool = ojson::array({ojson{{"role", "tool"}, {"content", "42"}}});
+  for (const auto& [what, text, stop] :
+       {std::tuple<std::string, std::string, bool>{"cut inside <think>", "<think>\nI should call", false},
+        {"no think block", "It is 42.", true}}) {
+    INFO(what);
+    Episode episode(format, first);
+    std::vector<int64_t> sampled = l.tokenizer->encode(text);
+    if (stop) sampled.push_back(l.end_of_turn);
+    CHECK(episode.add_model_turn(sampled, stop) == text);
+    REQUIRE_NOTHROW(episode.add_observation(tool));
+    // The tokens' text is the whole conversation as the template renders it (what transformers'
+    // apply_chat_template gives), and the model's ids sit in it untouched.
+    ojson all = first;
+    all.push_back(ojson{{"role", "assistant"}, {"content", text}});
+    all.push_back(tool[0]);
+    CHECK(l.tokenizer->decode(episode.tokens()) == format.render(all, true));
+    const auto [b, e] = episode.turn_spans()[0];
+    CHECK(std::vector<int64_t>(episode.tokens().begin() + b, episode.tokens().begin() + e) == sampled);
+    // Control: the rendering of that turn as the last message is not a prefix of it.
+    ojson last = first;
+    last.push_back(ojson{{"role", "assistant"}, {"content", text}});
+    const std::string full = format.render(all, true), alone = format.render(last, false);
+    CHECK(full.compare(0, alone.size(), alone) != 0);
+  }
+  // Still refused: an earlier turn's think block dropped once a user message follows (the tokens
+  // the model saw would not be the conversation's).
+  Episode episode(format, first);
+  episode.add_model_turn(l.tokenizer->encode("<think>\nok\n</think>\n\nAsk me again."), false);
+  const ojson user = ojson::array({ojson{{"role", "user"}, {"content", "Again: 6 * 7?"}}});
+  CHECK_THROWS_AS(episode.add_observation(user), NotAppendOnly);
 }

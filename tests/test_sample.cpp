@@ -20,6 +20,20 @@ TEST_CASE("sample lengths and action counts", "[sample]") {
   CHECK_THROWS_AS(check_sample(s), std::invalid_argument);
 }
 
+TEST_CASE("same_prompt: the same group and the same prompt tokens", "[sample]") {
+  ArSample a;
+  a.group_id = 3, a.tokens = {1, 2, 3, 9}, a.prompt_len = 3;
+  ArSample b = a;
+  b.tokens = {1, 2, 3, 7, 7};  // another response
+  CHECK(same_prompt(a, b));
+  b.tokens[2] = 4;
+  CHECK_FALSE(same_prompt(a, b));
+  b = a, b.group_id = 4;
+  CHECK_FALSE(same_prompt(a, b));
+  b = a, b.prompt_len = 4;
+  CHECK_FALSE(same_prompt(a, b));
+}
+
 TEST_CASE("split_turns: one sample per model turn, its context the episode before it", "[sample]") {
   // prompt (3) | turn 1 (2, then an inserted end-of-turn, mask 0) | observation (3) | turn 2 (2) | end (0)
   ArSample e;

@@ -42,11 +42,6 @@ torch::Tensor floats(const std::vector<double>& v, torch::Dtype dtype) {
 
 }  // namespace
 
-bool same_prompt(const ArSample& a, const ArSample& b) {
-  return a.group_id == b.group_id && a.prompt_len == b.prompt_len &&
-         std::equal(a.tokens.begin(), a.tokens.begin() + a.prompt_len, b.tokens.begin());
-}
-
 PackedBatch collate_packed(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
                            torch::Dtype dtype, bool share_prompts) {
   std::vector<int64_t> ids, pos, targets, seq, prefix_of;

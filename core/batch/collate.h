@@ -54,8 +54,6 @@ struct PaddedBatch {
 PackedBatch collate_packed(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
                            torch::Dtype dtype, bool share_prompts = false);
 
-// Whether samples a and b share a prompt in the sense of collate_packed (same group, same tokens).
-bool same_prompt(const ArSample& a, const ArSample& b);
 PaddedBatch collate_padded(const std::vector<const ArSample*>& samples, const LossDenominators& denominators,
                            torch::Dtype dtype);
 

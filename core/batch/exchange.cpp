@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 namespace tandem {
@@ -64,6 +66,21 @@ int64_t RolloutDirectory::position_of(int64_t id) const {
 
 SampleCost cost_of(const ArSample& s) {
   return {s.length(), s.action_tokens(), s.group_id, std::max<int64_t>(0, s.prompt_len - 1)};
+}
+
+std::vector<SampleCost> costs_of(const std::vector<ArSample>& samples) {
+  std::map<int64_t, const ArSample*> first;  // group id -> its first member here
+  std::set<int64_t> apart;                   // groups whose prompts differ
+  for (const ArSample& s : samples) {
+    const auto [it, fresh] = first.emplace(s.group_id, &s);
+    if (!fresh && !same_prompt(*it->second, s)) apart.insert(s.group_id);
+  }
+  std::vector<SampleCost> costs;
+  for (const ArSample& s : samples) {
+    costs.push_back(cost_of(s));
+    if (apart.count(s.group_id) != 0) costs.back().shared_tokens = 0;
+  }
+  return costs;
 }
 
 std::vector<uint8_t> serialize_samples(const std::vector<const ArSample*>& samples) {
@@ -165,9 +182,8 @@ std::vector<ImageSample> deserialize_image_samples(const uint8_t* data, size_t s
 
 RolloutDirectory gather_directory(const std::vector<ArSample>& local, parallel::Communicator& dp) {
   std::vector<int64_t> ids;
-  std::vector<SampleCost> costs;
-  for (const auto& s : local) ids.push_back(s.index), costs.push_back(cost_of(s));
-  return gather_directory(ids, costs, dp);
+  for (const auto& s : local) ids.push_back(s.index);
+  return gather_directory(ids, costs_of(local), dp);
 }
 
 RolloutDirectory gather_directory(const std::vector<int64_t>& ids, const std::vector<SampleCost>& costs,

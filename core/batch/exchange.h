@@ -21,6 +21,11 @@ struct RolloutDirectory {
 };
 
 SampleCost cost_of(const ArSample& s);
+// cost_of for each sample, except that a group whose members' prompts differ shares nothing: an
+// environment need not greet a group's members alike (the protocol asks for the same row and
+// seed), and collate_packed lays unequal prompts out apart, so counting them once would let a
+// micro run past max_tokens_per_micro.
+std::vector<SampleCost> costs_of(const std::vector<ArSample>& samples);
 
 // An image sample costs its patch count in a token budget and trains `train_timesteps`
 // transitions (its share of N_tok).

@@ -1,6 +1,7 @@
 // Sample invariants, checked where samples enter the data path.
 #include "core/batch/sample.h"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,11 @@ void check_sample(const ArSample& s) {
   if (!s.rollout_logp.empty() && s.rollout_logp.size() != n)
     throw std::invalid_argument(where + "rollout_logp has " + std::to_string(s.rollout_logp.size()) + " entries for " +
                                 std::to_string(n) + " response tokens");
+}
+
+bool same_prompt(const ArSample& a, const ArSample& b) {
+  return a.group_id == b.group_id && a.prompt_len == b.prompt_len &&
+         std::equal(a.tokens.begin(), a.tokens.begin() + a.prompt_len, b.tokens.begin());
 }
 
 std::vector<ArSample> split_turns(const ArSample& episode) {

@@ -45,6 +45,10 @@ struct ImageSample {
 // Throws std::invalid_argument when a sample's fields disagree in length.
 void check_sample(const ArSample& s);
 
+// Whether samples a and b share a prompt (same group, same prompt tokens): collate_packed lays
+// such a prompt out once, and the schedule counts it once (cost_of).
+bool same_prompt(const ArSample& a, const ArSample& b);
+
 // Ids of turn samples: episode index * kTurnIdStride + turn (env.max_turns is at most 1000).
 inline constexpr int64_t kTurnIdStride = 1024;
 // One sample per model turn of a multi-turn episode (tracks.ar.env.samples: turn). A model turn is

@@ -75,6 +75,9 @@ std::string Episode::add_model_turn(const std::vector<int64_t>& sampled, bool en
     const std::string stop = format_.tokenizer->decode({sampled.back()});
     if (closing.compare(0, stop.size(), stop) == 0) closing.erase(0, stop.size());
   }
+  // The text the model's context now holds: the conversation before the turn, the sampled ids' own
+  // text (the stop id's included) and the closing text (add_observation's fallback).
+  seen_ = before + format_.tokenizer->decode(sampled) + closing;
   if (!closing.empty()) {
     std::vector<int64_t> ids = format_.tokenizer->encode(closing);
     const int64_t room = std::max<int64_t>(0, max_tokens_ - static_cast<int64_t>(tokens_.size()));
@@ -89,11 +92,24 @@ bool Episode::add_observation(const ojson& messages) {
   const std::string before = format_.render(messages_, false);
   ojson next = messages_;
   for (const auto& m : messages) next.push_back(m);
-  const std::string delta = extension(before, format_.render(next, true), "after an assistant turn");
+  const std::string after = format_.render(next, true);
+  std::string delta;
+  try {
+    delta = extension(before, after, "after an assistant turn");
+  } catch (const NotAppendOnly&) {
+    // A template may render the last assistant turn otherwise than the same turn once more
+    // messages follow: Qwen3 puts an empty think block in front of a last turn that has no closed
+    // one (a turn that skipped thinking, or was cut inside <think>). The render that matters is the
+    // longer one: if it begins with exactly the text the model's context holds, the tokens are
+    // the conversation's.
+    if (!seen_ || after.compare(0, seen_->size(), *seen_) != 0) throw;
+    delta = after.substr(seen_->size());
+  }
   const std::vector<int64_t> ids = format_.tokenizer->encode(delta);
   if (static_cast<int64_t>(tokens_.size() + ids.size()) > max_tokens_) return false;
   append(ids, TokenSource::kEnv);
   messages_ = std::move(next);
+  seen_.reset();
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ class Episode {
   std::vector<std::pair<int64_t, int64_t>> turns_;
   int64_t prompt_tokens_ = 0;
   int64_t max_tokens_;
+  // After a model turn: the text of every token so far (see add_observation).
+  std::optional<std::string> seen_;
 };
 
 }  // namespace tandem::env

@@ -77,8 +77,7 @@ std::vector<ArSample> ArTrack::prepare_overlapped(int64_t step, MetricMap& metri
       if (!samples.empty()) set_advantages(samples);  // groups are whole within a chunk
       const auto t0 = std::chrono::steady_clock::now();
       Chunk& chunk = chunks[static_cast<size_t>(c)];
-      std::vector<SampleCost> costs;
-      for (const auto& s : samples) costs.push_back(cost_of(s));
+      const std::vector<SampleCost> costs = costs_of(samples);
       StepPlan<ArSample> plan = plan_and_exchange(samples, costs, one, *comms_.dp);
       chunk.directory = std::move(plan.directory), chunk.schedule = std::move(plan.schedule);
       chunk.mine = std::move(plan.mine);

@@ -442,8 +442,7 @@ void ArTrack::prepare(int64_t step, MetricMap& metrics) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const ScheduleOptions so = schedule_options();
-  std::vector<SampleCost> costs;
-  for (const auto& s : local) costs.push_back(cost_of(s));
+  const std::vector<SampleCost> costs = costs_of(local);
   StepPlan<ArSample> plan = plan_and_exchange(local, costs, so, *comms_.dp);
   directory_ = std::move(plan.directory), schedule_ = std::move(plan.schedule), mine_ = std::move(plan.mine);
   schedule_metrics(so, metrics);
