@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "common/error.h"
+#include "common/write_file.h"
 #include "core/config/config.h"
 #include "core/policies/llama_policy.h"
 #include "core/policies/text_policies.h"
@@ -146,10 +147,7 @@ fs::path partial_of(const fs::path& out) { return out.string() + ".partial"; }
 // config.json with the write checked: an unchecked stream left a truncated file on a full disk
 // that the export then renamed into place.
 void write_config_json(const fs::path& file, const nlohmann::json& hf) {
-  std::ofstream f(file);
-  f << hf.dump(2) << "\n";
-  f.close();
-  if (!f) throw UserError(file.string() + ": could not be written (disk full?)");
+  write_file_checked(file.string(), hf.dump(2) + "\n");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "apps/commands.h"
 #include "common/error.h"
+#include "common/write_file.h"
 #include "core/config/config.h"
 #include "core/config/model_dir.h"
 #include "core/io/image_io.h"
@@ -126,9 +127,7 @@ void draw(Policy& p, const std::vector<std::vector<int64_t>>& prompt_ids, const 
                    {"rows", a.samples},
                    {"prompts", a.prompts}};
   const std::string json_path = fs::path(a.image_out).replace_extension(".json").string();
-  std::ofstream json(json_path);
-  json << j.dump(2) << "\n";
-  if (!json) throw UserError("--image-out: cannot write " + json_path);
+  write_file_checked(json_path, j.dump(2) + "\n");
   std::cout << "images: " << a.image_out << " (a column per prompt, " << a.samples << " row(s))\n";
 }
 

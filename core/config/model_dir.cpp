@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/write_file.h"
 #include "models/llama/config.h"
 #include "models/safetensors.h"
 
@@ -199,9 +200,7 @@ nlohmann::json read_json_file(const fs::path& path) {
 }
 
 void write_json_file(const fs::path& path, const nlohmann::json& j) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << j.dump(2) << "\n";
-  if (!out.flush()) throw UserError(path.string() + ": cannot write");
+  write_file_checked(path.string(), j.dump(2) + "\n");
 }
 
 nlohmann::json ids_json(const std::vector<int64_t>& ids) {

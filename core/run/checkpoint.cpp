@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/write_file.h"
 #include "core/run/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
@@ -34,15 +35,6 @@ std::optional<int64_t> parse_step(const std::string& name) {
 }
 
 }  // namespace
-
-void write_file_checked(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.flush();
-  if (!out) throw UserError("cannot write " + path + " (disk full? out of quota?)");
-  out.close();
-  if (out.fail()) throw UserError("cannot write " + path + " (disk full? out of quota?)");
-}
 
 CheckpointDir::CheckpointDir(std::string run_dir, int64_t keep_last)
     : run_dir_(std::move(run_dir)), keep_last_(keep_last) {}

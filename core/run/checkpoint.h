@@ -13,10 +13,6 @@
 
 namespace tandem {
 
-// Writes `bytes` to `path` (truncating it), flushed and checked: a short write (a full disk, a
-// quota) is a UserError naming the file, never a truncated file that the manifest then vouches for.
-void write_file_checked(const std::string& path, const std::string& bytes);
-
 class CheckpointDir {
  public:
   CheckpointDir(std::string run_dir, int64_t keep_last);

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "common/write_file.h"
 
 namespace fs = std::filesystem;
 
@@ -124,9 +125,7 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& excl
     files[rel] = {{"size", static_cast<uint64_t>(e.file_size())}, {"xxh64", hex64(file_xxh64(e.path().string()))}};
   }
   nlohmann::json manifest = {{"format", kFormat}, {"files", files}};
-  std::ofstream out(fs::path(dir) / kManifestFile, std::ios::trunc);
-  out << manifest.dump(1) << "\n";
-  if (!out.flush()) throw UserError(dir + "/" + kManifestFile + ": cannot write (disk full? out of quota?)");
+  write_file_checked((fs::path(dir) / kManifestFile).string(), manifest.dump(1) + "\n");
 }
 
 Integrity verify_manifest(const std::string& dir) {

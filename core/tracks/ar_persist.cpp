@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/regular_file.h"
+#include "common/write_file.h"
 #include "core/run/checkpoint.h"
 #include "core/tracks/ar_track.h"
 #include "core/tracks/lora_checkpoint.h"
@@ -94,9 +95,7 @@ void ArTrack::save(const std::string& dir) {
     policy_->save(dir + "/" + kAdapterDir, writer);
     if (writer) {
       const std::string file = dir + "/" + kAdapterDir + "/" + kBaseIdentityFile;
-      std::ofstream out(file);
-      out << base_identity_.dump(2) << "\n";
-      if (!out.flush()) throw UserError("checkpoint: cannot write " + file + " (disk full?)");
+      write_file_checked(file, base_identity_.dump(2) + "\n");
     }
     if (config_.tracks.ar.model.hf_dir) return;
     policy_->save_base(model_dir, writer);

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/write_file.h"
 #include "core/tracks/flow_pretrain.h"
 #include "core/tracks/image_track.h"
 #include "models/layers/lora_linear.h"
@@ -61,8 +62,8 @@ std::optional<int64_t> ImageTrack::pretrain_or_load(bool fresh_start, const std:
     for (auto& t : base) t.set_requires_grad(false);
     spdlog::info("image: pretrained {} steps, final loss {:.4f}", p.steps, s.final_loss);
     if (p.path && comms_.world->rank() == 0)
-      std::ofstream(record) << nlohmann::json{{"flow_steps", p.steps}, {"text_warmstart_steps", between_steps}}.dump()
-                            << "\n";
+      write_file_checked(
+          record, nlohmann::json{{"flow_steps", p.steps}, {"text_warmstart_steps", between_steps}}.dump() + "\n");
   }
   refresh_reference();
   return loaded;

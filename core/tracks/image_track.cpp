@@ -16,6 +16,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/write_file.h"
 #include "core/grpo/advantage.h"
 #include "core/io/image_io.h"
 #include "core/policies/unified_policy.h"
@@ -483,12 +484,12 @@ double ImageTrack::write_sample_grid(const std::string& path) {
   }
   const double accuracy = static_cast<double>(right) / static_cast<double>(labels.size());
   const std::string json_path = fs::path(path).replace_extension(".json").string();
-  std::ofstream(json_path) << nlohmann::json{{"image", fs::path(path).filename().string()},
-                                             {"columns", im.model.num_classes},
-                                             {"shape_class_accuracy", accuracy},
-                                             {"cells", cells}}
-                                  .dump(2)
-                           << "\n";
+  write_file_checked(json_path, nlohmann::json{{"image", fs::path(path).filename().string()},
+                                               {"columns", im.model.num_classes},
+                                               {"shape_class_accuracy", accuracy},
+                                               {"cells", cells}}
+                                        .dump(2) +
+                                    "\n");
   return accuracy;
 }
 

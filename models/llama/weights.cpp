@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/write_file.h"
 
 namespace tandem::models {
 
@@ -43,16 +44,6 @@ void copy_slice(const LlamaForCausalLMImpl& model, const Params& params, const H
               slice.sizes());
   torch::NoGradGuard no_grad;
   p.copy_(slice);
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw UserError("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
@@ -265,7 +256,7 @@ void save_llama(LlamaForCausalLMImpl& model, const std::string& dir, bool writer
   if (!writer) return;
   save_hf_weights(dir, state, max_shard_bytes);
   const torch::ScalarType dtype = model.model->norm->weight.scalar_type();
-  write_text_atomic(dir + "/" + kHfConfigFile, to_hf_config(model.config(), dtype).dump(2) + "\n");
+  write_file_atomically(dir + "/" + kHfConfigFile, to_hf_config(model.config(), dtype).dump(2) + "\n");
 }
 
 }  // namespace tandem::models

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/write_file.h"
 #include "models/layers/lora_linear.h"
 #include "models/safetensors.h"
 
@@ -61,12 +62,7 @@ void save_unified(UnifiedModelImpl& model, const std::string& dir) {
     if (!is_lora_parameter(item.key())) tensors[item.key()] = item.value().detach();
   save_hf_weights(dir, tensors);  // model.safetensors: a tiny model never needs shards
   const std::string path = (std::filesystem::path(dir) / kHfConfigFile).string();
-  {
-    std::ofstream out(path + ".tmp");
-    out << to_json(model.config(), model.dtype()).dump(2) << "\n";
-    if (!out) throw UserError(path + ": cannot write");
-  }
-  std::filesystem::rename(path + ".tmp", path);
+  write_file_atomically(path, to_json(model.config(), model.dtype()).dump(2) + "\n");
 }
 
 UnifiedModel load_unified(const std::string& dir, torch::ScalarType dtype) {
