@@ -8,7 +8,8 @@
 //   TANDEM_TEST_FAIL=startup:<rank>        that rank alone fails its start-up checks (a rank-local error)
 //   TANDEM_TEST_SIGNAL=<phase>:<step>      every rank sends itself SIGTERM in that phase of step index
 //                                          <step>: rollout (before sampling) or optimizer (before the
-//                                          first update), as SLURM would mid-step
+//                                          first update), as SLURM would mid-step; warmstart (before
+//                                          that warm-start step)
 // One header, so every injection point is findable in one place.
 #pragma once
 

@@ -8,6 +8,8 @@
 
 #include <mutex>
 
+#include "parallel/communicator.h"
+
 namespace tandem {
 
 namespace {
@@ -44,5 +46,11 @@ void install_stop_handlers() {
 }
 
 int stop_signal() { return g_signal; }
+
+int stop_signal_on_any(parallel::Communicator& comm) {
+  torch::Tensor stop = torch::tensor({static_cast<double>(stop_signal())}, torch::kFloat64);  // (1)
+  comm.all_reduce(stop, parallel::ReduceOp::kMax);
+  return static_cast<int>(stop.item<double>());
+}
 
 }  // namespace tandem

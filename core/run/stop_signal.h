@@ -7,11 +7,18 @@
 
 namespace tandem {
 
+namespace parallel {
+class Communicator;
+}  // namespace parallel
+
 inline constexpr int kExitPreempted = 3;
 
 // Installs the handlers (once per process; later calls do nothing).
 void install_stop_handlers();
 // The signal that asked this process to stop, or 0.
 int stop_signal();
+// The largest stop_signal() over the ranks of `comm` (a collective: every rank calls it at the same
+// point, so they all agree to stop after the same step, whenever the signal reached each).
+int stop_signal_on_any(parallel::Communicator& comm);
 
 }  // namespace tandem

@@ -9,6 +9,8 @@
 #include "core/env/demonstrations.h"
 #include "core/grpo/adamw_rate.h"
 #include "core/grpo/lr_schedule.h"
+#include "core/run/fault_injection.h"
+#include "core/run/stop_signal.h"
 #include "core/tasks/det_rng.h"
 #include "core/tasks/task_factory.h"
 #include "core/tracks/ar_track.h"
@@ -20,7 +22,17 @@ namespace tandem {
 
 double ArTrack::warmstart() {
   double loss = 0;
-  for (int64_t step = 0; step < config_.tracks.ar.warmstart.steps; ++step) loss = warmstart_step(step);
+  const int64_t steps = config_.tracks.ar.warmstart.steps;
+  for (int64_t step = 0; step < steps; ++step) {
+    fault::maybe_signal("warmstart", step);
+    loss = warmstart_step(step);
+    // A stop signal ends a long warm-start after the step in flight (all train ranks agree), not
+    // after the first RL step: a scheduler's grace period is short. The trainer then exits.
+    if (step + 1 < steps && stop_signal_on_any(*comms_.world) > 0) {
+      spdlog::info("warmstart stopped after step {} of {} by a stop signal", step + 1, steps);
+      break;
+    }
+  }
   return loss;
 }
 

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/regular_file.h"
+#include "common/write_file.h"
 #include "core/batch/rollout_bridge.h"
 #include "core/grpo/adamw_8bit.h"
 #include "core/grpo/adamw_rate.h"
@@ -140,11 +141,11 @@ struct Trainer::Impl {
         throw UserError("run.out_dir: cannot create the run directory " + run_dir + ": " +
                         (ec ? ec.message() : std::string("not a directory")) +
                         "; set run.out_dir to a directory you can write");
-      std::ofstream recipe(run_dir + "/recipe.yaml");
-      recipe << to_yaml(config);
-      if (!recipe.flush())
-        throw UserError("run.out_dir: cannot write " + run_dir +
-                        "/recipe.yaml; set run.out_dir to a directory you can write");
+      try {
+        write_file_checked(run_dir + "/recipe.yaml", to_yaml(config));
+      } catch (const UserError& e) {
+        throw UserError(std::string("run.out_dir: ") + e.what() + "; set run.out_dir to a directory you can write");
+      }
     }
     comms.world->barrier();
   }
@@ -497,7 +498,7 @@ struct Trainer::Impl {
       }
     if (text.empty()) return;
     fs::create_directories(run_dir + "/samples");
-    std::ofstream(run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".jsonl") << text;
+    write_file_checked(run_dir + "/samples/" + CheckpointDir::step_name(completed) + ".jsonl", text);
   }
 
   int run() {
@@ -523,10 +524,21 @@ struct Trainer::Impl {
       for (auto& t : tracks) warmed = t->pretrain(!checkpoint, text) || warmed;
     });
     if (checkpoint) resume(*checkpoint);
-    if (start_step == 0 && !warmed)
+    if (start_step == 0 && !warmed) {
       on_master([&] {
         for (auto& t : tracks) t->warmstart();
       });
+      // A signal during the warm-start ended it early (ArTrack::warmstart). It is not checkpointed:
+      // a resume would find no checkpoint and start again, which is what a plain rerun does too.
+      if (const int stop = stop_signal_on_any(*comms.world); stop > 0) {
+        if (rank0)
+          spdlog::warn(
+              "stopping during the supervised warm-start on signal {} ({}): no checkpoint is written (a "
+              "warm-start does not resume part-way); the same command, or --resume auto, starts the run again",
+              stop, strsignal(stop));
+        return kExitPreempted;
+      }
+    }
     if (start_step == 0)  // the KL references are the policy RL starts from
       for (auto& t : tracks) t->refresh_reference();
     // Rollout ranks start from exactly these weights, step and data cursor (rollout_bridge.h).
@@ -560,14 +572,12 @@ struct Trainer::Impl {
       if (rank0) fault::maybe_kill("after_step", completed, "rank 0");
       // A stop signal (SIGTERM / SIGUSR1) on any rank: every rank ends after this step, with a
       // checkpoint. One collective per step; the signal may reach the ranks at different moments.
-      torch::Tensor stop = torch::tensor({static_cast<double>(stop_signal())}, torch::kFloat64);
-      comms.world->all_reduce(stop, parallel::ReduceOp::kMax);
-      if (stop.item<double>() > 0 && completed < config.run.steps) {
+      const int stop = stop_signal_on_any(*comms.world);
+      if (stop > 0 && completed < config.run.steps) {
         if (!saved) save_checkpoint(completed);
         if (rank0)
           spdlog::warn("stopping after step {} on signal {} ({}): checkpoint {} written; continue with --resume auto",
-                       completed, static_cast<int>(stop.item<double>()),
-                       strsignal(static_cast<int>(stop.item<double>())), CheckpointDir::step_name(completed));
+                       completed, stop, strsignal(stop), CheckpointDir::step_name(completed));
         return kExitPreempted;
       }
     }

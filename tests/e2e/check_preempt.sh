@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Preemption ([12]): a SIGTERM mid-step (in the rollout, or just before the optimizer step) makes
 # every rank finish the step, write a checkpoint and exit 3; `--resume auto` then ends with the
-# metrics of an uninterrupted run, 5 steps for each phase. Also from outside: SIGTERM to both ranks
+# metrics of an uninterrupted run, 5 steps for each phase; a SIGTERM in the warm-start ends it early,
+# with no checkpoint. Also from outside: SIGTERM to both ranks
 # at once and SIGUSR1 to mpirun (which forwards it); a second SIGTERM exits at once (143) and the
 # last committed checkpoint still resumes to the uninterrupted metrics.
 #   check_preempt.sh TANDEM MPIRUN TINY_RECIPE COMPARE_METRICS
@@ -29,6 +30,20 @@ for phase in rollout optimizer; do
     fi
   done
 done
+
+# In the supervised warm-start (5 steps in the tiny recipe): every rank ends it after the step in
+# flight and exits 3 without a checkpoint; --resume auto then starts over, to the same metrics.
+TANDEM_TEST_SIGNAL=warmstart:1 run --set run.name=warm >"$out/warm.log" 2>&1; rc=$?
+if [ $rc -ne 3 ] || ! grep -q "warmstart stopped after step 2 of 5" "$out/warm.log" \
+   || ! grep -q "stopping during the supervised warm-start on signal 15" "$out/warm.log" \
+   || [ -n "$(ls "$out/warm/checkpoints" 2>/dev/null)" ]; then
+  echo "FAIL warm-start: exit $rc, want 3 after warm-start step 2 with no checkpoint"; tail -5 "$out/warm.log"; fail=1
+elif run --set run.name=warm --resume auto >>"$out/warm.log" 2>&1 \
+     && "$TANDEM_PYTHON" "$compare" "$out/straight/metrics.jsonl" "$out/warm/metrics.jsonl" >/dev/null; then
+  echo "ok   SIGTERM in the warm-start: exit 3 after its step 2, no checkpoint; --resume auto starts over to the same metrics"
+else
+  echo "FAIL warm-start: the rerun differs or failed"; tail -5 "$out/warm.log"; fail=1
+fi
 
 # From outside, as SLURM does: a longer run, signalled once it is training.
 long=(--set run.steps=400 --set tracks.ar.warmstart.steps=0)
