@@ -88,6 +88,75 @@ TEST_CASE("fused column-parallel projections equal separate linears: outputs and
 }
 
 TEST_CASE(
+    "adapters inside the fused projections and the row layer: outputs and every gradient equal plain autograd "
+    "(float64 1e-12); a frozen base's weights get none",
+    "[tp][lora]") {
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  for (const bool frozen : {false, true})
+    for (const bool bias : {false, true}) {
+      INFO("frozen " << frozen << " bias " << bias);
+      std::vector<parallel::ColumnParallelLinear> cols;
+      for (int64_t out : {7, 3, 5}) cols.emplace_back(6, out, bias, parallel::ParallelContext{});
+      parallel::RowParallelLinear row(5, 4, bias, parallel::ParallelContext{});
+      std::vector<torch::nn::Module*> all = {cols[0].get(), cols[1].get(), cols[2].get(), row.get()};
+      for (auto* m : all) {
+        m->to(torch::kFloat64);
+        torch::NoGradGuard g;
+        for (auto& p : m->parameters()) p.normal_(0, 1, gen).set_requires_grad(!frozen);
+      }
+      // Adapters of ranks 2 and 3 with their own scales on the first two blocks, none on the third.
+      const auto factors = [&](int64_t r, int64_t in, int64_t out) {
+        return std::pair{torch::randn({r, in}, gen, torch::kFloat64).requires_grad_(true),
+                         torch::randn({out, r}, gen, torch::kFloat64).requires_grad_(true)};
+      };
+      auto [a0, b0] = factors(2, 6, 7);
+      auto [a1, b1] = factors(3, 6, 3);
+      auto [ar, br] = factors(2, 5, 4);
+      cols[0]->attach_lora(a0, b0, 1.5);
+      cols[1]->attach_lora(a1, b1, 0.25);
+      row->attach_lora(ar, br, 2.5);
+      const torch::Tensor x0 = torch::randn({2, 4, 6}, gen, torch::kFloat64);  // (B, T, in)
+      const torch::Tensor gy = torch::randn({2, 4, 7}, gen, torch::kFloat64),
+                          gz = torch::randn({2, 4, 4}, gen, torch::kFloat64);
+      const auto plain = [](const torch::Tensor& x, const auto& l) {  // W x + b + s B A x, autograd's ops
+        torch::Tensor y = torch::linear(x, l->weight, l->bias);
+        if (l->lora().defined())
+          y = y + l->lora().scale * torch::matmul(torch::matmul(x, l->lora().a.t()), l->lora().b.t());
+        return y;
+      };
+      // The second block is adapted but left out of the loss: its gradient is undefined.
+      const auto run = [&](bool fused) {
+        for (auto* m : all) m->zero_grad();
+        const torch::Tensor x = x0.clone().requires_grad_(true);
+        std::vector<torch::Tensor> y;
+        torch::Tensor z;
+        if (fused) {
+          y = parallel::fused_column_parallel(x, {cols[0].get(), cols[1].get(), cols[2].get()});
+          z = row(y[2]);
+        } else {
+          for (auto& l : cols) y.push_back(plain(x, l));
+          z = plain(y[2], row);
+        }
+        ((y[0] * gy).sum() + (z * gz).sum()).backward();
+        std::vector<torch::Tensor> out = {y[0].detach(), y[1].detach(), y[2].detach(), z.detach(), x.grad()};
+        for (auto* m : all)
+          for (auto& p : m->parameters()) out.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+        return out;
+      };
+      const auto ref = run(false), got = run(true);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        INFO("tensor " << i);
+        CHECK(got[i].sizes() == ref[i].sizes());
+        CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
+      }
+      CHECK_FALSE(b1.grad().defined());  // its block's gradient is undefined
+      for (auto* m : all)
+        for (auto& p : m->named_parameters())
+          if (frozen && p.key() != "lora_A" && p.key() != "lora_B") CHECK_FALSE(p.value().grad().defined());
+    }
+}
+
+TEST_CASE(
     "sampling runs the fused projections as one GEMM per layer with the adapters added in place: the autograd "
     "path's outputs (float64 1e-12); a no-grad scoring forward is the autograd one bit for bit",
     "[tp]") {
