@@ -22,3 +22,21 @@ TEST_CASE("resume: a model directory may move with the tokenizer read from it; a
   now.tracks.ar.tokenizer.path = "/tok/b";
   CHECK_THAT(incompatible_change(saved, now), Catch::Contains("tokenizer"));
 }
+
+TEST_CASE("resume: all-linear and the same layers listed by name, in any order, are the same adapters", "[trainer]") {
+  Config saved, now;
+  saved.tracks.ar.lora.rank = now.tracks.ar.lora.rank = 8;
+  saved.tracks.ar.lora.targets = {"all-linear"};
+  now.tracks.ar.lora.targets = {"down_proj", "up_proj", "gate_proj", "o_proj", "v_proj", "k_proj", "q_proj"};
+  CHECK(incompatible_change(saved, now).empty());
+  CHECK(incompatible_change(now, saved).empty());
+  saved.tracks.image.lora.targets = {"all-linear"};
+  now.tracks.image.lora.targets = {"mlp_fc2", "mlp_fc1", "proj", "qkv"};
+  CHECK(incompatible_change(saved, now).empty());
+  // Control: a layer fewer is other adapters.
+  now.tracks.ar.lora.targets.pop_back();
+  CHECK_THAT(incompatible_change(saved, now), Catch::Contains("LoRA"));
+  now.tracks.ar.lora.targets = {"all-linear"};
+  now.tracks.image.lora.targets = {"qkv", "proj"};
+  CHECK_THAT(incompatible_change(saved, now), Catch::Contains("LoRA"));
+}

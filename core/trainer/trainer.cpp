@@ -34,6 +34,8 @@
 #include "core/run/stop_signal.h"
 #include "core/tracks/ar_track.h"
 #include "core/tracks/image_track.h"
+#include "models/dit/dit_layers.h"
+#include "models/llama/lora.h"
 #include "runtime/blas_kernel.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/device_stats.h"
@@ -61,6 +63,14 @@ std::string recipe_hash(const std::string& recipe_yaml) {
   return hex;
 }
 
+// A LoRA section's targets as the sorted names of the layers they adapt: all-linear and the same
+// layers listed by name, in any order, make the same adapters.
+std::vector<std::string> adapted_layers(std::vector<std::string> targets, const std::vector<std::string>& all_linear) {
+  if (targets == std::vector<std::string>{"all-linear"}) targets = all_linear;
+  std::sort(targets.begin(), targets.end());
+  return targets;
+}
+
 std::string incompatible_change(const Config& saved, const Config& current) {
   // Compare only what a checkpoint's tensors depend on, through the resolved YAML text.
   // A tokenizer read from the model directory moves with it (the LoRA base is checked by its
@@ -77,9 +87,11 @@ std::string incompatible_change(const Config& saved, const Config& current) {
     only.tracks.ar.tokenizer = c.tracks.ar.tokenizer;
     if (moved_with_model) only.tracks.ar.tokenizer.path.reset();
     only.tracks.ar.lora = c.tracks.ar.lora;  // the adapters' shapes (the base is checked by its identity)
+    only.tracks.ar.lora.targets = adapted_layers(c.tracks.ar.lora.targets, models::lora_linear_names());
     only.tracks.image.enabled = c.tracks.image.enabled;
     only.tracks.image.model = c.tracks.image.model;
     only.tracks.image.lora = c.tracks.image.lora;
+    only.tracks.image.lora.targets = adapted_layers(c.tracks.image.lora.targets, models::lora_dit_names());
     only.optim.moments = c.optim.moments;  // the optimizer file's format
     return to_yaml(only);
   };
