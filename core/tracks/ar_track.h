@@ -49,6 +49,7 @@ class ArTrack final : public Track {
   // Gradients are summed over comms.grad; its own optimizer; logged, not in metrics.jsonl.
   double warmstart() override;
   int64_t warmstart_steps() const override { return config_.tracks.ar.warmstart.steps; }
+  int warmstart_stop_signal() const override { return warmstart_stop_signal_; }
   // Step `step` of it (steps run in order from 0; the optimizer lives from step 0 to the last).
   double warmstart_step(int64_t step) override;
   // Copies the policy into the KL reference (kl.coef > 0): the policy RL starts from, after any
@@ -143,6 +144,7 @@ class ArTrack final : public Track {
   std::vector<nlohmann::ordered_json> warm_demos_;    // with env: its demonstrations
   std::vector<int64_t> warm_order_;                   // their order in epoch warm_order_epoch_
   int64_t warm_order_epoch_ = -1;
+  int warmstart_stop_signal_ = 0;  // the stop signal that ended warmstart() early
   std::unique_ptr<torch::optim::AdamW> warm_opt_;
 };
 

@@ -28,8 +28,10 @@ double ArTrack::warmstart() {
     loss = warmstart_step(step);
     // A stop signal ends a long warm-start after the step in flight (all train ranks agree), not
     // after the first RL step: a scheduler's grace period is short. The trainer then exits.
-    if (step + 1 < steps && stop_signal_on_any(*comms_.world) > 0) {
+    if (step + 1 == steps) break;
+    if (const int stop = stop_signal_on_any(*comms_.world); stop > 0) {
       spdlog::info("warmstart stopped after step {} of {} by a stop signal", step + 1, steps);
+      warmstart_stop_signal_ = stop;
       break;
     }
   }

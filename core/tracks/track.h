@@ -74,6 +74,8 @@ class Track {
   virtual int64_t warmstart_steps() const { return 0; }
   virtual double warmstart_step(int64_t step) { return 0; }  // step `step` of it; its loss
   virtual double warmstart() { return 0; }                   // every step; the last loss
+  // The stop signal that ended warmstart() before its last step (every train rank alike), or 0.
+  virtual int warmstart_stop_signal() const { return 0; }
   // The KL reference becomes the current policy (the one RL starts from).
   virtual void refresh_reference() {}
   // Rank 0, before RL, every log_every * 10 steps and at the end: what the track shows of its

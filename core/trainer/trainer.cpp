@@ -540,16 +540,18 @@ struct Trainer::Impl {
       on_master([&] {
         for (auto& t : tracks) t->warmstart();
       });
-      // A signal during the warm-start ended it early (ArTrack::warmstart). It is not checkpointed:
-      // a resume would find no checkpoint and start again, which is what a plain rerun does too.
-      if (const int stop = stop_signal_on_any(*comms.world); stop > 0) {
-        if (rank0)
-          spdlog::warn(
-              "stopping during the supervised warm-start on signal {} ({}): no checkpoint is written (a "
-              "warm-start does not resume part-way); the same command, or --resume auto, starts the run again",
-              stop, strsignal(stop));
-        return kExitPreempted;
-      }
+      // A signal during the warm-start ended it early (ArTrack::warmstart; every train rank alike).
+      // It is not checkpointed: a resume would find no checkpoint and start again, which is what a
+      // plain rerun does too. A signal in its last step stops the run after RL's first step instead.
+      for (auto& t : tracks)
+        if (const int stop = t->warmstart_stop_signal(); stop > 0) {
+          if (rank0)
+            spdlog::warn(
+                "stopping during the supervised warm-start on signal {} ({}): no checkpoint is written (a "
+                "warm-start does not resume part-way); the same command, or --resume auto, starts the run again",
+                stop, strsignal(stop));
+          return kExitPreempted;
+        }
     }
     if (start_step == 0)  // the KL references are the policy RL starts from
       for (auto& t : tracks) t->refresh_reference();
