@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error.h"
 #include "core/io/image_io.h"
 #include "core/tasks/shapes.h"
 #include "models/dit/sampler.h"
@@ -32,6 +33,7 @@ FlowPretrainSummary pretrain_flow(models::FlowModel& model, std::vector<torch::T
   if (save_dir && rank0) {
     std::filesystem::create_directories(*save_dir);
     log.open(*save_dir + "/loss.jsonl", std::ios::trunc);
+    if (!log) throw UserError(*save_dir + "/loss.jsonl: cannot be created; choose a directory you can write");
   }
   FlowPretrainSummary summary;
   double tail_sum = 0;
@@ -68,7 +70,8 @@ FlowPretrainSummary pretrain_flow(models::FlowModel& model, std::vector<torch::T
     if (step == 0) summary.first_loss = value;
     if (step >= tail_from) tail_sum += value, ++tail_n;
     if (between) between(step);
-    if (log.is_open()) log << "{\"step\": " << step + 1 << ", \"loss\": " << value << "}\n";
+    if (log.is_open() && !(log << "{\"step\": " << step + 1 << ", \"loss\": " << value << "}\n" << std::flush))
+      throw UserError(*save_dir + "/loss.jsonl: cannot write (disk full? out of quota?)");
     if ((step + 1) % std::max<int64_t>(1, p.steps / 10) == 0)
       spdlog::info("pretrain-flow {}/{} | velocity MSE {:.4f}", step + 1, p.steps, value);
   }
