@@ -144,6 +144,13 @@ fs::path export_target(const std::string& out) {
 
 fs::path partial_of(const fs::path& out) { return out.string() + ".partial"; }
 
+nlohmann::json read_json_object(const std::string& file) {
+  std::ifstream in(file);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw UserError(file + ": not a JSON object");
+  return j;
+}
+
 // config.json with the write checked: an unchecked stream left a truncated file on a full disk
 // that the export then renamed into place.
 void write_config_json(const fs::path& file, const nlohmann::json& hf) {
@@ -156,8 +163,10 @@ namespace {
 
 // A LoRA checkpoint: the peft adapter directory as it is, or (merge) the base with the adapters
 // merged in, as a complete Hugging Face directory beside the base's own files.
-int export_lora(const std::string& dir, const fs::path& out, const std::string& dtype_name, bool merge) {
-  const Config config = load_saved_config(dir + "/recipe.yaml");
+int export_lora(const std::string& dir, const fs::path& out, const std::string& dtype_name, bool merge,
+                const std::string& new_base) {
+  Config config = load_saved_config(dir + "/recipe.yaml");
+  if (!new_base.empty()) use_lora_base(config, dir, new_base);
   // peft applies an adapter to a transformers model, which the unified model has none of.
   if (const char* why = text_policy_spec(config.tracks.ar.model.arch).no_hf_export) throw UserError(dir + ": " + why);
   if (!merge && !dtype_name.empty())
@@ -172,7 +181,14 @@ int export_lora(const std::string& dir, const fs::path& out, const std::string& 
   if (!merge) {
     for (const char* f : {"adapter_config.json", "adapter_model.safetensors"}) fs::copy_file(adapter / f, tmp / f);
     const nlohmann::json id = read_base_identity(dir);
-    base = id["source"] == "hf_dir" ? id.value("path", std::string()) : dir + "/" + kBaseDir;
+    base = id["source"] != "hf_dir" ? dir + "/" + kBaseDir : id.value("path", std::string());
+    if (!new_base.empty()) {  // the adapters go with that base only when it is the one they were trained on
+      check_base_identity(id, hf_dir_identity(new_base), "--base " + new_base);
+      base = new_base;
+      nlohmann::json ac = read_json_object((tmp / "adapter_config.json").string());
+      ac["base_model_name_or_path"] = new_base;
+      write_config_json(tmp / "adapter_config.json", ac);
+    }
     models::read_safetensors_header((tmp / "adapter_model.safetensors").string());
   } else {
     // W + scale B A computed in float64 from the float32 weights, rounded to float32, then to --dtype.
@@ -184,6 +200,19 @@ int export_lora(const std::string& dir, const fs::path& out, const std::string& 
       const std::string name = f.path().filename().string();
       if (!f.is_regular_file() || models::is_hf_weight_file(name)) continue;  // the base's weights, any format
       fs::copy_file(f.path(), tmp / name);
+    }
+    // The run's own files over the base's, as full fine-tuning's ar_model/ has them (its tokenizer,
+    // its template file in tokenizer_config.json, its stop ids as eos_token_id). A template in
+    // tokenizer_config.json must not be overridden by the base's chat_template.jinja / .json, which
+    // transformers reads first.
+    const fs::path run_files = fs::path(dir) / kBaseFilesDir;
+    if (fs::is_directory(run_files)) {
+      for (const auto& f : fs::directory_iterator(run_files))
+        if (f.is_regular_file())
+          fs::copy_file(f.path(), tmp / f.path().filename(), fs::copy_options::overwrite_existing);
+      const fs::path tc = tmp / "tokenizer_config.json";
+      if (fs::exists(tc) && read_json_object(tc.string()).contains("chat_template"))
+        for (const char* name : {"chat_template.jinja", "chat_template.json"}) fs::remove(tmp / name);
     }
     std::map<std::string, torch::Tensor> weights = models::gather_hf_state(*policy->model());
     for (auto& [name, t] : weights) t = t.to(dtype);
@@ -204,11 +233,15 @@ int export_lora(const std::string& dir, const fs::path& out, const std::string& 
   return 0;
 }
 
-int export_hf(const std::string& path, const fs::path& out, const std::string& dtype_name, bool merge) {
+int export_hf(const std::string& path, const fs::path& out, const std::string& dtype_name, bool merge,
+              const std::string& base) {
   const std::string dir = checked_checkpoint(path).first;
   if (fs::exists(out) && !fs::is_empty(out))
     throw UserError(out.string() + ": exists and is not empty; choose a new directory");
-  if (fs::exists(fs::path(dir) / kAdapterDir)) return export_lora(dir, out, dtype_name, merge);
+  if (fs::exists(fs::path(dir) / kAdapterDir)) return export_lora(dir, out, dtype_name, merge, base);
+  if (!base.empty())
+    throw UserError("--base " + base + ": " + dir + " holds no LoRA adapters (" + kAdapterDir +
+                    "/); --base names the base model of a LoRA checkpoint");
   if (merge)
     throw UserError(dir + ": --merge merges LoRA adapters, and this checkpoint has none (no " + kAdapterDir +
                     "/); export it without --merge");
@@ -254,10 +287,11 @@ int export_hf(const std::string& path, const fs::path& out, const std::string& d
 
 }  // namespace
 
-int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name, bool merge) {
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype_name, bool merge,
+                       const std::string& base) {
   const fs::path target = export_target(out);
   try {
-    return export_hf(path, target, dtype_name, merge);
+    return export_hf(path, target, dtype_name, merge, base);
   } catch (const fs::filesystem_error& e) {  // an OUT that cannot be written: the user's to fix, exit 2
     throw UserError(out + ": the export could not be written: " + e.what() +
                     "; choose a directory you can write, on a disk with room");

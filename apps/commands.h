@@ -113,6 +113,7 @@ struct EvalArgs {
   std::string model;        // a Hugging Face directory (exactly one of the two)
   std::string config_path;  // the recipe whose eval section runs (default with --checkpoint: its own)
   std::vector<std::string> overrides;
+  std::string base;  // with --checkpoint of a LoRA run: its base model's directory now (use_lora_base)
 };
 int run_eval(const EvalArgs& args, int argc, char** argv);
 int run_pretrain_flow(const TrainArgs& args, int argc, char** argv);
@@ -120,6 +121,7 @@ int run_pretrain_flow(const TrainArgs& args, int argc, char** argv);
 struct GenerateArgs {
   std::string checkpoint;  // a checkpoint or run directory, or
   std::string model;       // a Hugging Face Llama / Qwen2 directory (exactly one of the two)
+  std::string base;        // with --checkpoint of a LoRA run: its base model's directory now
   std::string tokenizer;   // with --model: tokenizer.json or its directory ("": the model's own)
   std::vector<std::string> prompts;
   int64_t samples = 1;
@@ -134,6 +136,7 @@ int run_generate(const GenerateArgs& args);
 
 int run_ckpt_info(const std::string& path);
 // dtype: float32 | bfloat16 | float16 | float64, or "" for the run's compute dtype.
-int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype, bool merge);
+int run_ckpt_export_hf(const std::string& path, const std::string& out, const std::string& dtype, bool merge,
+                       const std::string& base = "");
 
 }  // namespace tandem::app

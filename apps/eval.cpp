@@ -42,6 +42,8 @@ EvalSubject subject(const EvalArgs& a) {
   EvalSubject s;
   if (!a.model.empty()) {
     if (a.config_path.empty()) throw UserError("--model needs --config (the recipe whose eval section to run)");
+    if (!a.base.empty())
+      throw UserError("--base goes with --checkpoint (a LoRA checkpoint's base); --model is a whole model");
     std::vector<std::string> overrides = a.overrides;
     overrides.push_back("tracks.ar.model.hf_dir=" + a.model);
     s.config = load_config(a.config_path, overrides);
@@ -64,6 +66,7 @@ EvalSubject subject(const EvalArgs& a) {
   s.config.tracks.ar.model = saved.tracks.ar.model;
   s.config.tracks.ar.tokenizer = saved.tracks.ar.tokenizer;
   s.config.tracks.ar.lora = saved.tracks.ar.lora;
+  if (!a.base.empty()) use_lora_base(s.config, *choice.path, a.base);
   if (fs::exists(fs::path(*choice.path) / kAdapterDir)) {  // LoRA: base + adapters, unmerged
     s.weights = *choice.path;
     s.lora = true;

@@ -45,7 +45,7 @@ struct Policy {
   SamplerConfig image_sampler;
 };
 
-Policy from_checkpoint(const std::string& path) {
+Policy from_checkpoint(const std::string& path, const std::string& base) {
   // A run directory means its newest intact checkpoint.
   const bool run_dir = fs::exists(fs::path(path) / "checkpoints");
   const CheckpointDir::Choice choice =
@@ -53,7 +53,8 @@ Policy from_checkpoint(const std::string& path) {
   for (const auto& w : choice.warnings) std::cerr << "tandem: warning: " << w << "\n";
   if (!choice.path) throw UserError(path + ": no complete checkpoint");
   const std::string& dir = *choice.path;
-  const Config config = load_saved_config(dir + "/recipe.yaml");
+  Config config = load_saved_config(dir + "/recipe.yaml");
+  if (!base.empty()) use_lora_base(config, dir, base);
   const ArTrackConfig& ar = config.tracks.ar;
   if (!ar.enabled) throw UserError(dir + ": this run has no AR policy");
   Policy p;
@@ -147,7 +148,9 @@ int run_generate(const GenerateArgs& a) {
   if (!std::isfinite(a.temperature) || (a.temperature < 0 && a.temperature != -1))
     throw UserError("--temperature must be a finite number >= 0 (0 is greedy), got " + std::to_string(a.temperature));
   if (a.max_new_tokens < 0) throw UserError("--max-new-tokens must be >= 1");
-  Policy p = a.model.empty() ? from_checkpoint(a.checkpoint) : from_hf_dir(a.model, a.tokenizer);
+  if (!a.model.empty() && !a.base.empty())
+    throw UserError("--base goes with --checkpoint (a LoRA checkpoint's base); --model is a whole model");
+  Policy p = a.model.empty() ? from_checkpoint(a.checkpoint, a.base) : from_hf_dir(a.model, a.tokenizer);
   const models::Tokenizer& tok = *p.tokenizer;
   if (!a.image_out.empty() && p.unified.is_empty())
     throw UserError(

@@ -124,6 +124,9 @@ int main(int argc, char** argv) {
       "eval", "the recipe's held-out evaluation alone (mean reward, greedy pass@1, pass@k), under mpirun or not");
   eval->add_option("--checkpoint", eval_args.checkpoint, "checkpoint or run directory");
   eval->add_option("--model", eval_args.model, "Hugging Face model directory (instead of --checkpoint)");
+  eval->add_option("--base", eval_args.base,
+                   "LoRA checkpoints: the base model directory, when it is no longer where the run read it (checked "
+                   "against the checkpoint's record of its weights)");
   eval->add_option("--config,-c", eval_args.config_path,
                    "recipe with the eval section (default with --checkpoint: the checkpoint's recipe)");
   eval->add_option("--set", eval_args.overrides, "override a recipe key: --set eval.samples_per_prompt=8")->take_all();
@@ -138,6 +141,9 @@ int main(int argc, char** argv) {
       "generate",
       "sample text (and, from a unified model, images) from a trained policy or a Hugging Face Llama / Qwen2");
   gen->add_option("--checkpoint", gen_args.checkpoint, "checkpoint or run directory");
+  gen->add_option("--base", gen_args.base,
+                  "LoRA checkpoints: the base model directory, when it is no longer where the run read it (checked "
+                  "against the checkpoint's record of its weights)");
   auto* gen_model =
       gen->add_option("--model", gen_args.model, "Hugging Face model directory (instead of --checkpoint)");
   gen->add_option("--tokenizer", gen_args.tokenizer, "tokenizer.json for --model (default: the model directory's)")
@@ -159,7 +165,7 @@ int main(int argc, char** argv) {
                   "unified-model checkpoints: also draw each prompt (a column per prompt, a row per sample) into "
                   "this PNG, with a .json of the prompts beside it");
 
-  std::string ckpt_path, export_out, export_dtype;
+  std::string ckpt_path, export_out, export_dtype, export_base;
   bool export_merge = false;
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect or export checkpoints");
   ckpt->require_subcommand(1);
@@ -175,6 +181,9 @@ int main(int argc, char** argv) {
   ckpt_export->add_flag("--merge", export_merge,
                         "LoRA checkpoints: write the base with the adapters merged in, a complete Hugging Face "
                         "directory (default: the peft adapter directory)");
+  ckpt_export->add_option("--base", export_base,
+                          "LoRA checkpoints: the base model directory, when it is no longer where the run read it "
+                          "(checked against the checkpoint's record of its weights)");
 
   std::string env_name;
   CLI::App* env = app.add_subcommand(
@@ -385,7 +394,8 @@ int main(int argc, char** argv) {
     if (*gen) return tandem::app::run_generate(gen_args);
     if (*env) return tandem::app::run_env(env_name);
     if (*ckpt_info) return tandem::app::run_ckpt_info(ckpt_path);
-    if (*ckpt_export) return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype, export_merge);
+    if (*ckpt_export)
+      return tandem::app::run_ckpt_export_hf(ckpt_path, export_out, export_dtype, export_merge, export_base);
     if (*bench_step) return tandem::app::run_bench_step(step_args, argc, argv);
     if (*bench_train) return tandem::app::run_bench_train(train_bench, argc, argv);
     if (*bench_ablate) return tandem::app::run_bench_ablate(ablate);

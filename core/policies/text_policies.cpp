@@ -21,6 +21,17 @@ PromptFormatOptions prompt_format_options(const ArTrackConfig& ar) {
   return o;
 }
 
+HfDirCompanions hf_dir_companions(const ArTrackConfig& ar, const PromptFormat& format,
+                                  const models::Tokenizer& tokenizer, const ModelDir* source) {
+  HfDirCompanions c;
+  c.source = source;
+  if (ar.tokenizer.kind == TokenizerKind::kHf) c.tokenizer_path = ar.tokenizer.path;
+  if (format.template_from_file()) c.chat_template = format.template_source();
+  c.stop_ids = format.stop_ids();
+  c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer.bos_id();
+  return c;
+}
+
 namespace {
 
 void require(bool ok, const std::string& path, const std::string& message) {

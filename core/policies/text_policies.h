@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/config/config.h"
+#include "core/config/model_dir.h"
 #include "core/policies/prompt_format.h"
 #include "core/policies/text_policy.h"
 #include "models/unified/model.h"
@@ -19,6 +20,13 @@ namespace tandem {
 
 // The recipe's chat template, system prompt, tokenizer and model stop ids as PromptFormat options.
 PromptFormatOptions prompt_format_options(const ArTrackConfig& ar);
+
+// What a Hugging Face directory of this run's policy carries beside the weights (complete_hf_dir):
+// the run's tokenizer files, the recipe's template file folded into tokenizer_config.json, and the
+// ids that ended a response in training as eos_token_id, so transformers stops where the run did.
+// `source`: the model directory training started from (or its copy in a checkpoint), or null.
+HfDirCompanions hf_dir_companions(const ArTrackConfig& ar, const PromptFormat& format,
+                                  const models::Tokenizer& tokenizer, const ModelDir* source);
 
 struct BuiltTextPolicy {
   std::unique_ptr<TextPolicy> policy;

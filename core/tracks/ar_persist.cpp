@@ -97,7 +97,15 @@ void ArTrack::save(const std::string& dir) {
       const std::string file = dir + "/" + kAdapterDir + "/" + kBaseIdentityFile;
       write_file_checked(file, base_identity_.dump(2) + "\n");
     }
-    if (config_.tracks.ar.model.hf_dir) return;
+    if (config_.tracks.ar.model.hf_dir) {
+      const ArTrackConfig& ar = config_.tracks.ar;
+      if (!writer || !source_ || ar.tokenizer.kind != TokenizerKind::kHf) return;
+      const std::string files = dir + "/" + kBaseFilesDir;  // config.json: the source's, completed
+      std::filesystem::create_directories(files);
+      write_file_checked(files + "/config.json", "{}\n");
+      complete_hf_dir(files, hf_dir_companions(ar, *format_, *tokenizer_, &*source_));
+      return;
+    }
     policy_->save_base(model_dir, writer);
   } else {
     policy_->save(model_dir, writer);
@@ -106,13 +114,8 @@ void ArTrack::save(const std::string& dir) {
   if (!writer || !unified_.is_empty()) return;
   // ar_model/ (ar_base/) is a complete Hugging Face directory: export copies it, generate --model reads it.
   const ArTrackConfig& ar = config_.tracks.ar;
-  HfDirCompanions c;
-  c.source = source_ ? &*source_ : nullptr;
-  if (ar.tokenizer.kind == TokenizerKind::kHf) c.tokenizer_path = ar.tokenizer.path;
-  if (format_->template_from_file()) c.chat_template = format_->template_source();
-  c.stop_ids = format_->stop_ids();
-  c.bos_id = ar.model.bos_token_id ? ar.model.bos_token_id : tokenizer_->bos_id();
-  if (ar.tokenizer.kind == TokenizerKind::kHf) complete_hf_dir(model_dir, c);
+  if (ar.tokenizer.kind == TokenizerKind::kHf)
+    complete_hf_dir(model_dir, hf_dir_companions(ar, *format_, *tokenizer_, source_ ? &*source_ : nullptr));
 }
 
 void ArTrack::load(const std::string& dir) {

@@ -55,6 +55,20 @@ nlohmann::json read_base_identity(const std::string& checkpoint) {
   return j;
 }
 
+void use_lora_base(Config& config, const std::string& dir, const std::string& base) {
+  const std::string what = "--base " + base + ": ";
+  if (!fs::exists(fs::path(dir) / kAdapterDir))
+    throw UserError(what + dir + " holds no LoRA adapters (" + kAdapterDir +
+                    "/); --base names the base model of a LoRA checkpoint");
+  if (read_base_identity(dir)["source"] != "hf_dir")
+    throw UserError(what + dir + " holds its base itself (" + kBaseDir +
+                    "/); --base is for a base read from a Hugging Face directory");
+  if (!fs::is_directory(base)) throw UserError(what + "no such directory");
+  ArTrackConfig& ar = config.tracks.ar;
+  if (ar.tokenizer.path && ar.model.hf_dir && *ar.tokenizer.path == *ar.model.hf_dir) ar.tokenizer.path = base;
+  ar.model.hf_dir = base;
+}
+
 BuiltTextPolicy load_lora_checkpoint(const std::string& dir, const Config& config, torch::Dtype dtype,
                                      std::string* base_dir) {
   const ArTrackConfig& ar = config.tracks.ar;
@@ -65,7 +79,8 @@ BuiltTextPolicy load_lora_checkpoint(const std::string& dir, const Config& confi
     if (!ar.model.hf_dir) throw UserError(dir + "/recipe.yaml: names no tracks.ar.model.hf_dir for the LoRA base");
     base = *ar.model.hf_dir;
     if (!fs::is_directory(base))
-      throw UserError(dir + ": its LoRA base " + base + " is gone; put the base model back at that path");
+      throw UserError(dir + ": its LoRA base " + base +
+                      " is gone; put the base model back at that path, or name where it is now with --base DIR");
     check_base_identity(saved, hf_dir_identity(base), dir);
   } else if (!fs::is_directory(base)) {
     throw UserError(dir + ": no " + kBaseDir + "/ (the LoRA base this checkpoint holds); the checkpoint is damaged");

@@ -1,6 +1,7 @@
 // A LoRA run's checkpoint (tracks.ar.lora): ar_adapter/ is a peft adapter directory plus
 // base_model.json, the frozen base's identity; ar_base/ holds the base itself only when no file
-// does (a random init, warm-started). Read back here for resume, `generate` and `ckpt export-hf`.
+// does (a random init, warm-started), else ar_base_files/ the run's other Hugging Face files. Read back here for
+// resume, `generate` and `ckpt export-hf`.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,10 @@ namespace tandem {
 inline constexpr const char* kAdapterDir = "ar_adapter";
 inline constexpr const char* kBaseDir = "ar_base";
 inline constexpr const char* kBaseIdentityFile = "base_model.json";
+// With an hf_dir base: the Hugging Face files (no weights) of the run's policy as ar_model/ would
+// hold them (config with the stop ids, tokenizer files, the recipe's template file), which a
+// merged export lays over the base directory's own.
+inline constexpr const char* kBaseFilesDir = "ar_base_files";
 
 // A base model directory's identity: its path and the hash of every weight file's bytes (not
 // only the headers: fine-tunes of one model have identical headers).
@@ -24,6 +29,13 @@ nlohmann::json base_identity(const ArTrackConfig& ar);
 void check_base_identity(const nlohmann::json& saved, const nlohmann::json& now, const std::string& what);
 // checkpoint/ar_adapter/base_model.json, checked to be a JSON object.
 nlohmann::json read_base_identity(const std::string& checkpoint);
+
+// --base DIR: checkpoint `dir`'s LoRA base, a Hugging Face directory, read from `base` instead of
+// where the run read it (moved, or the checkpoint copied to another machine); a tokenizer the run
+// read from that directory moves with it. load_lora_checkpoint still checks the base's identity.
+// Throws UserError when `dir` holds no adapters, holds its base itself (ar_base/), or `base` is not
+// a directory.
+void use_lora_base(Config& config, const std::string& dir, const std::string& base);
 
 // Checkpoint `dir`'s policy on one process (tp 1) in `dtype`: its base (ar_base/, or the recipe's
 // hf_dir after its identity is checked) with its adapters attached and loaded: a LlamaPolicy, or on

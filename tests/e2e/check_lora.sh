@@ -62,9 +62,17 @@ fi
 
 "$TANDEM_PYTHON" "$root/scripts/fixtures/hf_oracle.py" tiny qwen3 "$out/model" "$tok" >/dev/null 2>&1 \
   || { echo "FAIL writing the qwen3 directory"; exit 1; }
+# The run's own template file: Qwen3's with a comment in front (it renders the same prompts), which a
+# merged export must carry instead of the base directory's.
+"$TANDEM_PYTHON" - "$tok/tokenizer_config.json" "$out/template.jinja" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["chat_template"]
+open(sys.argv[2], "w").write("{#- the run's own template file (tandem e2e.lora) -#}\n" + t)
+PY
 # lr 1e-2 and an entropy bonus: the random model earns no reward, and the adapters' B starts at zero
 # and must move enough in 3 steps for the oracle to see it.
 common=(--config "$root/configs/qwen2_0p5b.yaml" --set tracks.ar.model.hf_dir="$out/model"
+        --set tracks.ar.data.chat_template="$out/template.jinja"
         --set tracks.ar.data.path="$root/tests/fixtures/gsm8k_tiny.jsonl" --set run.device=cpu
         --set parallel.backend=mpi --set run.save_every=1 --set tracks.ar.rollout.prompts_per_step=4
         --set tracks.ar.rollout.group_size=2 --set tracks.ar.rollout.max_new_tokens=8 --set train.num_mini_batches=1
@@ -102,9 +110,26 @@ cmp -s "$ck/ar_adapter/adapter_model.safetensors" "$r/ar_adapter/adapter_model.s
 # Control: the adapters moved in the last step, so equality above is not equality of untrained files.
 cmp -s "$ck/ar_adapter/adapter_model.safetensors" "$out/runs/straight/checkpoints/step_000002/ar_adapter/adapter_model.safetensors" \
   && bad "control: steps 2 and 3 hold the same adapters" || ok "control: step 3's adapters differ from step 2's"
+# A base directory whose template is also in chat_template.jinja (as newer repos ship it), which
+# transformers reads before tokenizer_config.json's: the merged export must not keep it.
+"$TANDEM_PYTHON" -c "import json,sys; open(sys.argv[2],'w').write(json.load(open(sys.argv[1]))['chat_template'])" \
+  "$out/model/tokenizer_config.json" "$out/model/chat_template.jinja"
 "$tandem" ckpt export-hf "$out/runs/straight" "$out/adapter" >"$out/export.log" 2>&1 \
   && "$tandem" ckpt export-hf "$out/runs/straight" "$out/merged" --merge --dtype float32 >>"$out/export.log" 2>&1 \
   && ok "export-hf: the peft adapter and --merge" || bad "export: $(cat "$out/export.log")"
+"$TANDEM_PYTHON" - "$out/template.jinja" "$out/merged" "$out/model" <<'PY' \
+  && ok "the merged export carries the run's template file and its stop ids (eos_token_id), as full fine-tuning's does" \
+  || bad "the merged export's tokenizer_config.json / generation_config.json are the base's"
+import json, sys
+want, merged, base = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+got = json.load(open(merged + "/tokenizer_config.json"))["chat_template"]
+assert got == want, "the merged chat_template is not the run's file"
+assert json.load(open(base + "/tokenizer_config.json"))["chat_template"] != want  # control: the base's differs
+import os
+assert not os.path.exists(merged + "/chat_template.jinja"), "the base's chat_template.jinja would override it"
+eos = json.load(open(merged + "/generation_config.json"))["eos_token_id"]
+assert 151645 in (eos if isinstance(eos, list) else [eos]), eos  # <|im_end|>, where the chat turns end
+PY
 "$TANDEM_PYTHON" "$root/scripts/fixtures/peft_oracle.py" check "$out/model" "$out/adapter" "$out/merged" "$ck" \
   "$out/oracle" 2>"$out/oracle.err" || bad "peft oracle: $(tail -5 "$out/oracle.err")"
 TANDEM_PEFT_ORACLE="$out/oracle/manifest.json" "$tests_bin" "[.peft_oracle]" >"$out/oracle.log" 2>&1 \
@@ -124,6 +149,37 @@ k = sorted(w)[0]
 w[k] = w[k].clone(); w[k].view(-1)[0] += 1
 save_file(w, path, metadata={"format": "pt"})
 PY
+# The base moved (or the checkpoint went to another machine): export, generate and eval say --base,
+# and with it read the base from its new place, checked against the checkpoint's record of it.
+mv "$out/model" "$out/moved"
+"$tandem" ckpt export-hf "$out/runs/straight" "$out/merged_gone" --merge >"$out/base.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "is gone; .*--base DIR" "$out/base.log" \
+  && ok "export-hf of a LoRA checkpoint whose base moved exits 2 naming --base" || bad "moved base: exit $rc $(tail -3 "$out/base.log")"
+"$tandem" ckpt export-hf "$out/runs/straight" "$out/merged2" --merge --dtype float32 --base "$out/moved" >>"$out/base.log" 2>&1 \
+  && cmp -s "$out/merged/model.safetensors" "$out/merged2/model.safetensors" \
+  && cmp -s "$out/merged/tokenizer_config.json" "$out/merged2/tokenizer_config.json" \
+  && ok "export-hf --merge --base: the same merged directory from the moved base" || bad "export --base: $(tail -3 "$out/base.log")"
+g2=$("$tandem" generate --checkpoint "$out/runs/straight" --base "$out/moved" --prompt "Tom has 3 apples." \
+      --temperature 0 --max-new-tokens 4 2>>"$out/base.log")
+[ -n "$g2" ] && [ "$g2" = "$g" ] && ok "generate --base: the same text" || bad "generate --base: '$g2' vs '$g'"
+"$tandem" eval --checkpoint "$out/runs/straight" --base "$out/moved" --set eval.max_prompts=2 \
+  --set eval.samples_per_prompt=1 --set eval.max_new_tokens=4 --set eval.data.task=jsonl \
+  --set eval.data.path="$root/tests/fixtures/gsm8k_tiny.jsonl" --set eval.data.prompt_key=question \
+  --set eval.data.answer_key=answer >"$out/eval_base.log" 2>&1 \
+  && ok "eval --base: $(grep -o '"eval/reward_mean":[0-9.e-]*' "$out/eval_base.log" | head -1)" \
+  || bad "eval --base: $(tail -3 "$out/eval_base.log")"
+"$tandem" ckpt export-hf "$out/runs/straight" "$out/adapter2" --base "$out/moved" >>"$out/base.log" 2>&1 \
+  && "$TANDEM_PYTHON" -c "import json,sys; assert json.load(open(sys.argv[1]))['base_model_name_or_path'] == sys.argv[2]" \
+       "$out/adapter2/adapter_config.json" "$out/moved" \
+  && ok "export-hf --base (the peft adapter): adapter_config.json names the base where it is now" \
+  || bad "adapter export --base: $(tail -3 "$out/base.log")"
+for how in "--merge" ""; do
+  "$tandem" ckpt export-hf "$out/runs/straight" "$out/merged3" $how --base "$out/model2" >"$out/base2.log" 2>&1; rc=$?
+  [ $rc -eq 2 ] && grep -q "adapters only fit the base they were trained on" "$out/base2.log" \
+    && ok "export-hf ${how:-(adapter)} --base naming another model exits 2" \
+    || bad "--base of another model ($how): exit $rc $(tail -3 "$out/base2.log")"
+done
+mv "$out/moved" "$out/model"
 timeout -s KILL 300 $mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 "$tandem" train "${common[@]}" \
   --set tracks.ar.model.hf_dir="$out/model2" --set tracks.ar.tokenizer.path="$out/model" --set run.out_dir="$out/runs" --set run.name=straight --set run.steps=4 \
   --resume auto >"$out/other.log" 2>&1
