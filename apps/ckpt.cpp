@@ -202,17 +202,14 @@ int export_lora(const std::string& dir, const fs::path& out, const std::string& 
       fs::copy_file(f.path(), tmp / name);
     }
     // The run's own files over the base's, as full fine-tuning's ar_model/ has them (its tokenizer,
-    // its template file in tokenizer_config.json, its stop ids as eos_token_id). A template in
-    // tokenizer_config.json must not be overridden by the base's chat_template.jinja / .json, which
-    // transformers reads first.
+    // its template, its stop ids as eos_token_id): the base's template files go first, as the run's
+    // set is complete without them and transformers would read them before tokenizer_config.json.
     const fs::path run_files = fs::path(dir) / kBaseFilesDir;
     if (fs::is_directory(run_files)) {
+      for (const char* name : {"chat_template.jinja", "chat_template.json"}) fs::remove(tmp / name);
       for (const auto& f : fs::directory_iterator(run_files))
         if (f.is_regular_file())
           fs::copy_file(f.path(), tmp / f.path().filename(), fs::copy_options::overwrite_existing);
-      const fs::path tc = tmp / "tokenizer_config.json";
-      if (fs::exists(tc) && read_json_object(tc.string()).contains("chat_template"))
-        for (const char* name : {"chat_template.jinja", "chat_template.json"}) fs::remove(tmp / name);
     }
     std::map<std::string, torch::Tensor> weights = models::gather_hf_state(*policy->model());
     for (auto& [name, t] : weights) t = t.to(dtype);

@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--chat-template", gen_args.chat_template,
-                  "auto (the tokenizer's tokenizer_config.json), none (raw prompt text) or a Jinja file (default: the "
+                  "auto (the tokenizer directory's chat_template.jinja or tokenizer_config.json), none (raw prompt "
+                  "text) or a Jinja file (default: the "
                   "recipe's for --checkpoint, auto for --model)");
   gen->add_option("--system-prompt", gen_args.system_prompt,
                   "a system turn before each prompt (needs a chat template)");

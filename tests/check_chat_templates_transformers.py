@@ -7,7 +7,9 @@ renders to the fixture's expected text under transformers, and every case the te
 For qwen2_5, qwen3, llama3 and llama3_1 the tokenizer is the real one (its bos/eos) with the fixture's
 template (the same text as its tokenizer_config.json's, except llama3_1's, which embeds Meta's Llama-3.1
 template where the packaged file has an older one); gemma's template is embedded in its fixture and rendered through the
-GPT-2 tokenizer with that template and gemma's bos/eos passed explicitly.
+GPT-2 tokenizer with that template and gemma's bos/eos passed explicitly. Then the layout tandem's
+`auto` reads: save_pretrained puts the template in chat_template.jinja alone, and that file wins over
+a template in tokenizer_config.json.
 
   check_chat_templates_transformers.py FIXTURE_DIR TOKENIZER_CACHE      (exit 77: no tokenizer files)
 """
@@ -65,6 +67,26 @@ for path in sorted(fixtures.glob("*.json")):
             checked += 1
             if case["error"] not in str(e):
                 failures.append(f"{name}/{case['name']}: transformers raised {e!r}, fixture says {case['error']!r}")
+# The layout test_prompt_format.cpp reads with `auto`: transformers' save_pretrained writes the
+# template to chat_template.jinja and leaves it out of tokenizer_config.json, and reads it back.
+import tempfile  # noqa: E402
+if (tok_root / "qwen2_5" / "tokenizer_config.json").exists():
+    original = AutoTokenizer.from_pretrained(str(tok_root / "qwen2_5"))
+    with tempfile.TemporaryDirectory() as saved:
+        original.save_pretrained(saved)
+        config = json.loads((Path(saved) / "tokenizer_config.json").read_text())
+        jinja = Path(saved) / "chat_template.jinja"
+        checked += 1
+        if "chat_template" in config or not jinja.exists() or jinja.read_text() != original.chat_template:
+            failures.append("save_pretrained: the template is not in chat_template.jinja alone")
+        jinja.write_text("X{{ messages[0].content }}")
+        config["chat_template"] = original.chat_template
+        (Path(saved) / "tokenizer_config.json").write_text(json.dumps(config))
+        text = AutoTokenizer.from_pretrained(saved).apply_chat_template([{"role": "user", "content": "Hi"}],
+                                                                       tokenize=False)
+        checked += 1
+        if text != "XHi":
+            failures.append(f"chat_template.jinja does not win over tokenizer_config.json's template: {text!r}")
 for f in failures:
     print("FAIL", f)
 print(f"chat templates: {checked} cases rendered by transformers' apply_chat_template, {len(failures)} differ"

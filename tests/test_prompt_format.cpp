@@ -1,7 +1,10 @@
 // PromptFormat: the chat template's extra variables (data.chat_template_kwargs) reach the template,
 // with the real Qwen3 tokenizer's thinking template where it has been fetched, and a template file
 // of the test's own (which always runs) for the refusals.
+#include <unistd.h>
 #include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -136,4 +139,48 @@ TEST_CASE("the token a template closes an assistant turn with stops a response",
       CHECK(format.stop_ids().front() != *id);
     }
   }
+}
+
+TEST_CASE(
+    "auto finds the template where transformers 5 saves it (chat_template.jinja, none in tokenizer_config.json), "
+    "which wins over tokenizer_config.json's; a directory with neither is raw text",
+    "[prompt_format]") {
+  namespace fs = std::filesystem;
+  const std::string real = test::real_tokenizer_dir("qwen2_5");
+  if (!fs::exists(real + "/tokenizer.json")) {
+    WARN("skipping: the real Qwen2.5 tokenizer is not in " << real << " (scripts/fixtures/fetch_tokenizers.sh)");
+    return;
+  }
+  const auto tok = models::load_hf_tokenizer(real);
+  PromptFormatOptions o;
+  o.tokenizer_path = real;
+  const PromptFormat original(o, *tok);  // the template in tokenizer_config.json
+  const std::string want = original.render("Hi");
+  REQUIRE_THAT(want, Catch::Contains("<|im_start|>assistant"));
+  // The directory as tokenizer.save_pretrained writes it in transformers 5.
+  const fs::path dir = fs::temp_directory_path() / ("tandem_jinja_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(real + "/tokenizer.json", dir / "tokenizer.json");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(real + "/tokenizer_config.json"));
+  const std::string source = config["chat_template"].get<std::string>();
+  config.erase("chat_template");
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  std::ofstream(dir / "chat_template.jinja") << source;
+  o.tokenizer_path = dir.string();
+  const PromptFormat saved(o, *tok);
+  CHECK(saved.render("Hi") == want);
+  CHECK(saved.template_origin() == (dir / "chat_template.jinja").string());
+  CHECK(saved.stop_ids() == original.stop_ids());
+  // Both: the .jinja file wins, as in transformers.
+  config["chat_template"] = source;
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  std::ofstream(dir / "chat_template.jinja") << "X{{ messages[0].content }}";
+  CHECK(PromptFormat(o, *tok).render("Hi") == "XHi");
+  // Neither (a base model): raw text. Control for the first check: the template came from the file.
+  config.erase("chat_template");
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  fs::remove(dir / "chat_template.jinja");
+  CHECK(PromptFormat(o, *tok).render("Hi") == "Hi");
+  fs::remove_all(dir);
 }

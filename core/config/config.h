@@ -134,8 +134,9 @@ struct ArDataConfig {
   // Digit counts of the built-in synthetic tasks (null: the task's default range).
   std::optional<int64_t> min_digits;
   std::optional<int64_t> max_digits;
-  // auto: the tokenizer's chat template (tokenizer_config.json beside tokenizer.json) when it has
-  // one, raw prompt text otherwise; none: raw text; anything else: a Jinja template file.
+  // auto: the tokenizer's chat template (chat_template.jinja, else tokenizer_config.json's, beside
+  // tokenizer.json) when it has one, raw prompt text otherwise; none: raw text; anything else: a
+  // Jinja template file.
   std::string chat_template = "auto";
   std::optional<std::string> system_prompt;  // a system turn before each prompt (needs a template)
   // Extra variables for the chat template, as transformers' apply_chat_template(**kwargs) takes

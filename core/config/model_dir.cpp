@@ -234,16 +234,18 @@ void complete_hf_dir(const std::string& dir, const HfDirCompanions& c) {
     fs::copy_file(tok_file, out / "tokenizer.json", fs::copy_options::overwrite_existing, ec);
     if (ec)
       throw UserError((out / "tokenizer.json").string() + ": cannot copy " + tok_file.string() + ": " + ec.message());
-    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}) {
+    for (const char* name :
+         {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja"}) {
       if (!fs::is_regular_file(tok_dir / name, ec)) continue;
       fs::copy_file(tok_dir / name, out / name, fs::copy_options::overwrite_existing, ec);
       if (ec) throw UserError((out / name).string() + ": cannot copy: " + ec.message());
     }
-    if (c.chat_template) {
+    if (c.chat_template) {  // the recipe's file; a chat_template.jinja would win over it (transformers 5)
       const fs::path tc = out / "tokenizer_config.json";
       nlohmann::json j = fs::exists(tc, ec) ? read_json_file(tc) : nlohmann::json::object();
       j["chat_template"] = *c.chat_template;
       write_json_file(tc, j);
+      fs::remove(out / "chat_template.jinja", ec);
     }
   }
   nlohmann::json gen =

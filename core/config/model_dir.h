@@ -47,9 +47,9 @@ struct HfDirCompanions {
 
 // config.json: every key of the source's kept, the architecture keys and torch_dtype as written,
 // eos_token_id / bos_token_id set; tokenizer.json, tokenizer_config.json (with `chat_template`
-// when given), special_tokens_map.json and added_tokens.json copied from the tokenizer's
-// directory; generation_config.json from the source with eos_token_id = stop_ids (written anew
-// when the source has none). Throws UserError naming a file it cannot write.
+// when given, and then no chat_template.jinja), special_tokens_map.json, added_tokens.json and
+// chat_template.jinja copied from the tokenizer's directory; generation_config.json from the source with eos_token_id =
+// stop_ids (written anew when the source has none). Throws UserError naming a file it cannot write.
 void complete_hf_dir(const std::string& dir, const HfDirCompanions& companions);
 
 }  // namespace tandem

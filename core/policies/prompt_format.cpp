@@ -18,20 +18,11 @@ namespace tandem {
 
 namespace {
 
-std::string tokenizer_config_of(const std::string& tokenizer_path) {
+// The directory of a tokenizer path (tokenizer.json or its directory).
+std::string tokenizer_dir_of(const std::string& tokenizer_path) {
   std::error_code ec;
   const fs::path p = tokenizer_path;
-  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
-  return (dir / "tokenizer_config.json").string();
-}
-
-// Base models ship a tokenizer_config.json without a chat_template: auto then means raw text.
-bool has_chat_template(const std::string& tokenizer_config) {
-  std::ifstream in(tokenizer_config);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    throw UserError(tokenizer_config + ": not a JSON object (the tokenizer's configuration)");
-  return j.contains("chat_template") && !j.at("chat_template").is_null();
+  return (fs::is_directory(p, ec) ? p : p.parent_path()).string();
 }
 
 void add_unique(std::vector<int64_t>& ids, int64_t id) {
@@ -47,13 +38,10 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
   for (const auto& [name, value] : o.template_kwargs) kwargs[name] = nlohmann::json::parse(value);
   template_kwargs_ = kwargs.dump();
   if (o.chat_template == "auto") {
-    if (o.tokenizer_path) {
-      const std::string config = tokenizer_config_of(*o.tokenizer_path);
-      if (fs::is_regular_file(config, ec) && has_chat_template(config)) {
-        chat_template_ = std::make_unique<models::ChatTemplate>(models::ChatTemplate::from_tokenizer_config(config));
-        template_origin_ = config;
-      }
-    }
+    // Base models ship no template: auto then means raw text.
+    if (o.tokenizer_path)
+      if (auto t = models::ChatTemplate::from_tokenizer_dir(tokenizer_dir_of(*o.tokenizer_path), &template_origin_))
+        chat_template_ = std::make_unique<models::ChatTemplate>(std::move(*t));
   } else if (o.chat_template != "none") {
     if (!fs::is_regular_file(o.chat_template, ec))
       throw UserError(o.origin + ": " + o.chat_template + " is not a template file (use auto, none or a Jinja file)");
@@ -67,7 +55,8 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
   if (system_prompt_ && !chat_template_)
     throw UserError(o.origin + ": a system prompt (tracks.ar.data.system_prompt) needs a chat template, and " +
                     (o.chat_template == "none" ? std::string("chat_template is none")
-                                               : "the tokenizer has none (no chat_template in tokenizer_config.json)") +
+                                               : "the tokenizer has none (no chat_template.jinja, no chat_template in "
+                                                 "tokenizer_config.json)") +
                     "; give chat_template a Jinja file or remove system_prompt");
   if (!o.template_kwargs.empty() && !chat_template_)
     throw UserError(o.origin + ": chat_template_kwargs (" + template_kwargs_ +
@@ -76,7 +65,8 @@ PromptFormat::PromptFormat(const PromptFormatOptions& o, const models::Tokenizer
   if (chat_template_ && !chat_template_->eos_token().empty()) {
     const auto id = tokenizer.token_to_id(chat_template_->eos_token());
     if (!id)
-      throw UserError(template_origin_ + ": eos_token '" + chat_template_->eos_token() +
+      throw UserError((fs::path(template_origin_).parent_path() / "tokenizer_config.json").string() + ": eos_token '" +
+                      chat_template_->eos_token() +
                       "' is not a token of the tokenizer; the template does not belong to this tokenizer");
     add_unique(stop_ids_, *id);
   }

@@ -21,8 +21,9 @@ struct SamplingParams;
 }  // namespace models
 
 struct PromptFormatOptions {
-  // "auto": tokenizer_config.json beside the tokenizer file when it holds a chat_template, else
-  // raw text; "none": raw text; anything else: a Jinja template file.
+  // "auto": the template beside the tokenizer file (chat_template.jinja, else tokenizer_config.json's
+  // chat_template, as transformers 5 reads them), else raw text; "none": raw text; anything else: a
+  // Jinja template file.
   std::string chat_template = "auto";
   std::optional<std::string> system_prompt;
   std::map<std::string, std::string> template_kwargs;  // extra template variables, values as JSON text

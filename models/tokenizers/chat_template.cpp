@@ -1,7 +1,8 @@
-// Loading a chat template from tokenizer_config.json or a Jinja file, and rendering the
+// Loading a chat template from a tokenizer directory or a Jinja file, and rendering the
 // transformers render context around a conversation.
 #include "models/tokenizers/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -66,6 +67,29 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
   std::string source = template_source(config, path);
   return from_source(std::move(source), path, special_token(config, "bos_token", path),
                      special_token(config, "eos_token", path));
+}
+
+std::optional<ChatTemplate> ChatTemplate::from_tokenizer_dir(const std::string& dir, std::string* origin) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
+  const std::string jinja_path = (fs::path(dir) / "chat_template.jinja").string();
+  nlohmann::json config = nlohmann::json::object();
+  if (fs::is_regular_file(config_path, ec)) {
+    config = nlohmann::json::parse(read_file(config_path, "tokenizer config"), nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object())
+      throw UserError(config_path + ": not a JSON object (the tokenizer's configuration)");
+  }
+  if (fs::is_regular_file(jinja_path, ec)) {
+    *origin = jinja_path;
+    return from_source(read_file(jinja_path, "chat template"), jinja_path,
+                       special_token(config, "bos_token", config_path),
+                       special_token(config, "eos_token", config_path));
+  }
+  if (!config.contains("chat_template") || config.at("chat_template").is_null()) return std::nullopt;
+  *origin = config_path;
+  return from_source(template_source(config, config_path), config_path, special_token(config, "bos_token", config_path),
+                     special_token(config, "eos_token", config_path));
 }
 
 ChatTemplate ChatTemplate::from_file(const std::string& path, std::string bos_token, std::string eos_token) {

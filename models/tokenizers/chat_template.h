@@ -1,8 +1,10 @@
-// A model's chat template: the Jinja template from tokenizer_config.json (or a plain Jinja file)
+// A model's chat template: the Jinja template of a tokenizer directory (chat_template.jinja or
+// tokenizer_config.json's), or a plain Jinja file,
 // rendered into a prompt exactly as transformers' apply_chat_template(..., tokenize=False) does.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,11 @@ class ChatTemplate {
   // object {"content": ...}, null or absent. Throws UserError naming the file when it cannot be
   // read, has no chat template, or the template does not parse.
   static ChatTemplate from_tokenizer_config(const std::string& path);
+  // A tokenizer directory's template as transformers 5 loads it: chat_template.jinja, which its
+  // save_pretrained writes instead of tokenizer_config.json's "chat_template" (and which wins when
+  // both are there), else tokenizer_config.json's; bos / eos from tokenizer_config.json. nullopt
+  // when there is neither (a base model). `origin` (non-null) gets the file the template came from.
+  static std::optional<ChatTemplate> from_tokenizer_dir(const std::string& dir, std::string* origin);
   // A plain Jinja file (what `data.chat_template: FILE` names); bos / eos come from the caller.
   static ChatTemplate from_file(const std::string& path, std::string bos_token, std::string eos_token);
   // `origin` names the template in error messages.
