@@ -3,10 +3,14 @@
 // key, and the prefixed form (two kernels merged by log-sum-exp) against attention over the
 // concatenated span; outputs and gradients in float64 at 1e-12 (LibTorch's flash kernel runs
 // float64 too), float32 at 1e-5. Control: SDPA's own causal flag over the concatenation (top-left
-// aligned) is another attention, and the comparison tells them apart.
+// aligned) is another attention, and the comparison tells them apart. A bf16 backward over short
+// rows (float32 inside) against float64, with the kernel's own bf16 backward as the control.
 #include <catch2/catch.hpp>
 
 #include <limits>
+
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 
 #include "models/layers/fused_attention.h"
 
@@ -119,4 +123,68 @@ TEST_CASE("fused attention: which dtypes fuse, and the kernel names", "[fused_at
   CHECK_FALSE(parse_attention_kernel("flash").has_value());
   const torch::Tensor q = torch::randn({1, 3, 4, 8}), k = torch::randn({1, 2, 4, 8});
   CHECK_THROWS_AS(fused_attention(q, k, k, true), std::invalid_argument);  // 2 kv heads do not divide 3
+}
+
+TEST_CASE(
+    "fused attention: a bf16 backward over short rows runs in float32, at the bf16 rounding of its gradients "
+    "(the bf16 kernel's is 3-4x that)",
+    "[fused_attention]") {
+  torch::manual_seed(11);
+  // The Qwen2-0.5B head shape (head dim 64, 7 query heads a kv head), rows of a short response.
+  const int64_t b = 2, heads = 14, kv_heads = 2, lq = 164, p = 100, dim = 64;
+  const auto bf = torch::TensorOptions().dtype(torch::kBFloat16);
+  const torch::Tensor q = torch::randn({b, heads, lq, dim}, bf).requires_grad_(true);
+  const torch::Tensor k = torch::randn({b, kv_heads, lq, dim}, bf).requires_grad_(true);
+  const torch::Tensor v = torch::randn({b, kv_heads, lq, dim}, bf).requires_grad_(true);
+  const torch::Tensor kp = torch::randn({b, kv_heads, p, dim}, bf).requires_grad_(true);
+  const torch::Tensor vp = torch::randn({b, kv_heads, p, dim}, bf).requires_grad_(true);
+  const torch::Tensor w = torch::randn({b, heads, lq, dim}, torch::kBFloat16);  // the upstream gradient
+  // Relative (Frobenius) error of each gradient against float64 autograd through the reference.
+  const auto errors = [&](const std::vector<torch::Tensor>& got, const torch::Tensor& ref_out,
+                          const std::vector<torch::Tensor>& ref_in) {
+    const auto want = torch::autograd::grad({(ref_out * w.to(torch::kFloat64)).sum()}, ref_in);
+    std::vector<double> e;
+    for (size_t i = 0; i < got.size(); ++i)
+      e.push_back((got[i].to(torch::kFloat64) - want[i]).norm().item<double>() / want[i].norm().item<double>());
+    return e;
+  };
+  const auto f64 = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64).requires_grad_(true); };
+  // Causal.
+  const std::vector<torch::Tensor> d = {f64(q), f64(k), f64(v)};
+  const auto fused = torch::autograd::grad({(fused_attention(q, k, v, true) * w).sum()}, {q, k, v});
+  const std::vector<double> e_fused = errors(fused, reference(d[0], d[1], d[2], causal_mask(lq, lq, 0)), d);
+  // Control: the kernel's own bf16 backward on the same forward.
+  const auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q.detach(), k.detach(), v.detach(), 0.0, true);
+  const auto [bq, bk, bv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(w, q.detach(), k.detach(),
+                                                                                     v.detach(), o, lse, 0.0, true);
+  const std::vector<double> e_bf16 = errors({bq, bk, bv}, reference(d[0], d[1], d[2], causal_mask(lq, lq, 0)), d);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("gradient " << i << " (q, k, v): fused " << e_fused[i] << ", the bf16 kernel " << e_bf16[i]);
+    CHECK(e_fused[i] < 3e-3);  // bf16's unit roundoff is 2^-9 = 1.95e-3
+  }
+  CHECK(e_bf16[1] > 5e-3);  // dK and dV accumulated in bf16 across query blocks
+  CHECK(e_bf16[2] > 5e-3);
+  // The prefixed form (a shared prompt's responses) the same way.
+  const std::vector<torch::Tensor> dp = {f64(q), f64(kp), f64(vp), f64(k), f64(v)};
+  const auto fused_p =
+      torch::autograd::grad({(fused_prefixed_attention(q, kp, vp, k, v) * w).sum()}, {q, kp, vp, k, v});
+  const torch::Tensor ref_p =
+      reference(dp[0], torch::cat({dp[1], dp[3]}, 2), torch::cat({dp[2], dp[4]}, 2), causal_mask(lq, p + lq, p));
+  const std::vector<double> e_p = errors(fused_p, ref_p, dp);
+  for (size_t i = 0; i < e_p.size(); ++i) {
+    INFO("prefixed gradient " << i << " (q, kp, vp, ko, vo): " << e_p[i]);
+    CHECK(e_p[i] < 3e-3);
+  }
+  // A key mask (the padded layout's), where row 1's first key is masked: its query 0 sees no key.
+  torch::Tensor key_valid = torch::ones({b, lq}, torch::kBool);
+  key_valid.index_put_({0, torch::indexing::Slice(150, torch::indexing::None)}, false);
+  key_valid.index_put_({1, 0}, false);
+  const torch::Tensor allowed = key_valid.view({b, 1, 1, lq});
+  const auto fused_m = torch::autograd::grad({(fused_attention(q, k, v, true, allowed) * w).sum()}, {q, k, v});
+  const std::vector<double> e_m = errors(fused_m, reference(d[0], d[1], d[2], allowed & causal_mask(lq, lq, 0)), d);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("masked gradient " << i << " (q, k, v): " << e_m[i]);
+    CHECK(torch::isfinite(fused_m[i]).all().item<bool>());
+    CHECK(e_m[i] < 3e-3);
+  }
 }

@@ -9,6 +9,7 @@
 // form concatenates the two
 // spans and passes a bottom-right mask instead (LibTorch's CUDA kernels are reached only through
 // scaled_dot_product_attention here, which returns no log-sum-exp); that mask is (L, P + L) bool.
+// On CPU a bf16 / fp16 backward over short rows runs the kernel in float32 (backward_dtype).
 #include "models/layers/fused_attention.h"
 
 #include <ATen/ops/_flash_attention_forward.h>
@@ -34,6 +35,53 @@ torch::Tensor additive_mask(const torch::Tensor& allowed, const torch::Tensor& q
       .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
+// The CPU flash backward's dtype for inputs of `dtype` with `lq` query rows. In bf16 / fp16 the
+// kernel's five GEMMs per (q block, kv block) go through the reduced-precision GEMM, whose per-call
+// cost dominates short rows (queries under 192 take 32-row blocks): on the Qwen2-0.5B shape (14
+// heads, 2 kv heads, head dim 64, 2 threads) 16 x 164 rows take 67 ms in bf16 against 27 ms in
+// float32 with the casts, 8 x 256 29 against 22 ms; from 512 rows bf16 is faster (36 vs 40 ms,
+// 2,048: 75 vs 101 ms). float32 is also the more accurate: the bf16 kernel rounds the
+// probabilities and their gradients to bf16 before its GEMMs and accumulates dK, dV in bf16
+// across query blocks (dK's error against float64 there 7.9e-3 relative, float32's 1.9e-3, at the
+// bf16 output rounding). The forward stays in the input dtype (bf16 is faster there).
+constexpr int64_t kFloat32BackwardBelow = 384;
+torch::ScalarType backward_dtype(torch::ScalarType dtype, int64_t lq) {
+  const bool reduced = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+  return reduced && lq < kFloat32BackwardBelow ? torch::kFloat32 : dtype;
+}
+
+// t in `dt`; a batch broadcast with stride 0 (one shared prefix) stays one copy.
+torch::Tensor cast(const torch::Tensor& t, torch::ScalarType dt) {
+  if (t.scalar_type() == dt) return t;
+  if (t.size(0) > 1 && t.stride(0) == 0) return t.narrow(0, 0, 1).to(dt).expand(t.sizes());
+  return t.to(dt);
+}
+
+// The CPU flash kernel as one autograd node, so that its backward can take backward_dtype.
+struct CpuFlashAttention : torch::autograd::Function<CpuFlashAttention> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                                                const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                                const std::optional<torch::Tensor>& mask) {
+    const auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, mask);
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["mask"] = mask;  // no gradient: a constant of the layout
+    return {out};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const torch::Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4];
+    const torch::ScalarType dt = backward_dtype(q.scalar_type(), q.size(2));
+    std::optional<torch::Tensor> mask = ctx->saved_data["mask"].toOptional<torch::Tensor>();
+    if (mask) mask = cast(*mask, dt);
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        cast(grads[0], dt), cast(q, dt), cast(k, dt), cast(v, dt), cast(out, dt), lse, 0.0,
+        ctx->saved_data["causal"].toBool(), mask);
+    return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 struct PrefixedAttention : torch::autograd::Function<PrefixedAttention> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
                                                 const torch::Tensor& kp, const torch::Tensor& vp,
@@ -51,10 +99,14 @@ struct PrefixedAttention : torch::autograd::Function<PrefixedAttention> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     const torch::Tensor &q = s[0], &kp = s[1], &vp = s[2], &ko = s[3], &vo = s[4], &out = s[5], &lse = s[6];
-    const torch::Tensor g = grads[0];
-    auto [dq1, dkp, dvp] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, kp, vp, out, lse, 0.0, false);
-    auto [dq2, dko, dvo] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, ko, vo, out, lse, 0.0, true);
-    return {dq1.add_(dq2), dkp, dvp, dko, dvo};
+    const torch::ScalarType dt = backward_dtype(q.scalar_type(), q.size(2));
+    const torch::Tensor g = cast(grads[0], dt), qc = cast(q, dt), oc = cast(out, dt);
+    auto [dq1, dkp, dvp] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, qc, cast(kp, dt), cast(vp, dt),
+                                                                                    oc, lse, 0.0, false);
+    auto [dq2, dko, dvo] =
+        at::_scaled_dot_product_flash_attention_for_cpu_backward(g, qc, cast(ko, dt), cast(vo, dt), oc, lse, 0.0, true);
+    return {dq1.add_(dq2).to(q.scalar_type()), dkp.to(kp.scalar_type()), dvp.to(vp.scalar_type()),
+            dko.to(ko.scalar_type()), dvo.to(vo.scalar_type())};
   }
 };
 
@@ -111,7 +163,7 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, co
   }
   std::optional<torch::Tensor> mask;
   if (allowed.defined()) mask = additive_mask(allowed, q);
-  return std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, mask));
+  return CpuFlashAttention::apply(q, k, v, causal, mask)[0];
 }
 
 torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tensor& kp, const torch::Tensor& vp,
