@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/write_file.h"
 #include "core/config/config.h"
 #include "core/policies/llama_policy.h"
@@ -144,13 +145,6 @@ fs::path export_target(const std::string& out) {
 
 fs::path partial_of(const fs::path& out) { return out.string() + ".partial"; }
 
-nlohmann::json read_json_object(const std::string& file) {
-  std::ifstream in(file);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw UserError(file + ": not a JSON object");
-  return j;
-}
-
 // config.json with the write checked: an unchecked stream left a truncated file on a full disk
 // that the export then renamed into place.
 void write_config_json(const fs::path& file, const nlohmann::json& hf) {
@@ -236,9 +230,7 @@ int export_hf(const std::string& path, const fs::path& out, const std::string& d
   if (fs::exists(out) && !fs::is_empty(out))
     throw UserError(out.string() + ": exists and is not empty; choose a new directory");
   if (fs::exists(fs::path(dir) / kAdapterDir)) return export_lora(dir, out, dtype_name, merge, base);
-  if (!base.empty())
-    throw UserError("--base " + base + ": " + dir + " holds no LoRA adapters (" + kAdapterDir +
-                    "/); --base names the base model of a LoRA checkpoint");
+  if (!base.empty()) require_adapters_for_base(dir, base);
   if (merge)
     throw UserError(dir + ": --merge merges LoRA adapters, and this checkpoint has none (no " + kAdapterDir +
                     "/); export it without --merge");

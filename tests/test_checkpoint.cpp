@@ -2,25 +2,18 @@
 // damaged checkpoints.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
 #include "common/error.h"
 #include "core/run/checkpoint.h"
+#include "fixtures.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
 
 namespace {
-std::string fresh_dir(const std::string& tag) {
-  const fs::path p = fs::temp_directory_path() / ("tandem_ckpt_" + tag + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 void save(const CheckpointDir& c, int64_t step) {
   const std::string d = c.begin(step);
   std::ofstream(d + "/state.json") << "{\"step\": " << step << "}\n";
@@ -29,7 +22,8 @@ void save(const CheckpointDir& c, int64_t step) {
 }  // namespace
 
 TEST_CASE("commit makes a checkpoint visible only when complete; latest follows", "[checkpoint]") {
-  const std::string run = fresh_dir("commit");
+  const test::TempDir tmp("tandem_ckpt_commit");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 0);
   CHECK_FALSE(c.latest().has_value());
   save(c, 10);
@@ -45,29 +39,29 @@ TEST_CASE("commit makes a checkpoint visible only when complete; latest follows"
   // The next attempt at the same step starts from a clean staging directory.
   const std::string again = c.begin(30);
   CHECK(fs::is_empty(again));
-  fs::remove_all(run);
 }
 
 TEST_CASE("keep_last prunes the oldest committed checkpoints", "[checkpoint]") {
-  const std::string run = fresh_dir("prune");
+  const test::TempDir tmp("tandem_ckpt_prune");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 2);
   for (int64_t s : {1, 2, 3, 4}) save(c, s);
   CHECK(c.committed_steps() == std::vector<int64_t>{3, 4});
-  fs::remove_all(run);
 }
 
 TEST_CASE("latest falls back to the newest complete checkpoint when the pointer is stale", "[checkpoint]") {
-  const std::string run = fresh_dir("stale");
+  const test::TempDir tmp("tandem_ckpt_stale");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 0);
   save(c, 5);
   save(c, 6);
   fs::remove_all(fs::path(run) / "checkpoints" / "step_000006");
   CHECK(fs::path(*c.latest()).filename() == "step_000005");
-  fs::remove_all(run);
 }
 
 TEST_CASE("resume resolution", "[checkpoint]") {
-  const std::string run = fresh_dir("resolve");
+  const test::TempDir tmp("tandem_ckpt_resolve");
+  const std::string run = tmp.str();
   CHECK_FALSE(CheckpointDir::resolve(run, "auto").path.has_value());  // fresh start
   CHECK_FALSE(CheckpointDir::resolve(run, "").path.has_value());
   CHECK_THROWS_WITH(CheckpointDir::resolve(run, run + "/nope"), Catch::Contains("no such checkpoint"));
@@ -78,7 +72,6 @@ TEST_CASE("resume resolution", "[checkpoint]") {
   const auto choice = CheckpointDir::resolve(run, run + "/checkpoints/step_000003");
   CHECK(choice.path.has_value());
   CHECK(choice.warnings.empty());
-  fs::remove_all(run);
 }
 
 namespace {
@@ -89,7 +82,8 @@ void damage(const std::string& run, int64_t step) {  // same size, other bytes
 }  // namespace
 
 TEST_CASE("resume auto walks back past a damaged latest checkpoint, warning with the file's name", "[checkpoint]") {
-  const std::string run = fresh_dir("walkback");
+  const test::TempDir tmp("tandem_ckpt_walkback");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 0);
   for (int64_t s : {10, 20, 30}) save(c, s);
   auto choice = CheckpointDir::resolve(run, "auto");
@@ -106,11 +100,11 @@ TEST_CASE("resume auto walks back past a damaged latest checkpoint, warning with
   CHECK_THAT(choice.warnings[1], Catch::Contains("step_000020 (state.json"));
   // `latest` still names step 30; discovery alone does not verify.
   CHECK(fs::path(*c.latest()).filename() == "step_000030");
-  fs::remove_all(run);
 }
 
 TEST_CASE("resume of a named damaged checkpoint, or with every checkpoint damaged, is refused", "[checkpoint]") {
-  const std::string run = fresh_dir("refuse");
+  const test::TempDir tmp("tandem_ckpt_refuse");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 0);
   save(c, 1);
   save(c, 2);
@@ -130,11 +124,11 @@ TEST_CASE("resume of a named damaged checkpoint, or with every checkpoint damage
   CHECK_THROWS_WITH(CheckpointDir::resolve(run, "auto"),
                     Catch::StartsWith("no intact checkpoint in " + run + "/checkpoints, every one is damaged: ") &&
                         Catch::Contains("step_000002 (state.json") && Catch::Contains("step_000001 (state.json"));
-  fs::remove_all(run);
 }
 
 TEST_CASE("a checkpoint without a manifest (an older tandem's) loads with a warning", "[checkpoint]") {
-  const std::string run = fresh_dir("nomanifest");
+  const test::TempDir tmp("tandem_ckpt_nomanifest");
+  const std::string run = tmp.str();
   CheckpointDir c(run, 0);
   save(c, 4);
   save(c, 5);
@@ -145,5 +139,4 @@ TEST_CASE("a checkpoint without a manifest (an older tandem's) loads with a warn
   CHECK_THAT(choice.warnings[0], Catch::Contains("step_000005: loading without verification: no MANIFEST.json"));
   const auto named = CheckpointDir::resolve(run, run + "/checkpoints/step_000005");
   CHECK(named.warnings.size() == 1);
-  fs::remove_all(run);
 }

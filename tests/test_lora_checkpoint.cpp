@@ -53,3 +53,32 @@ TEST_CASE("the base identity hashes the files the loader reads, wherever the dir
   models::save_safetensors(sharded + "/sub/x.safetensors", {{"a.weight", w["a.weight"] * 2}});
   CHECK(digest(sharded) != before);
 }
+
+TEST_CASE(
+    "LoRA --base: refused for a checkpoint without adapters or holding its base; else the base and its tokenizer move",
+    "[lora_checkpoint]") {
+  const test::TempDir tmp("lora_base");
+  const std::string ckpt = tmp.file("step_000004"), base = tmp.file("moved");
+  fs::create_directories(ckpt);
+  fs::create_directories(base);
+  Config config;
+  config.tracks.ar.model.hf_dir = "/old/qwen";
+  config.tracks.ar.tokenizer.path = "/old/qwen";
+  // No ar_adapter/: not a LoRA checkpoint.
+  const std::string no_adapters = test::user_error_of([&] { require_adapters_for_base(ckpt, base); });
+  CHECK(no_adapters == "--base " + base + ": " + ckpt + " holds no LoRA adapters (ar_adapter/); --base names the " +
+                           "base model of a LoRA checkpoint");
+  CHECK(test::user_error_of([&] { use_lora_base(config, ckpt, base); }) == no_adapters);
+  // Adapters whose base the checkpoint holds itself (ar_base/).
+  fs::create_directories(ckpt + "/" + kAdapterDir);
+  std::ofstream(ckpt + "/" + kAdapterDir + "/" + kBaseIdentityFile) << R"({"source": "checkpoint"})";
+  CHECK_NOTHROW(require_adapters_for_base(ckpt, base));
+  CHECK_THAT(test::user_error_of([&] { use_lora_base(config, ckpt, base); }), Catch::Contains("holds its base itself"));
+  // A base read from a Hugging Face directory: the recipe's paths move, the tokenizer with them.
+  std::ofstream(ckpt + "/" + kAdapterDir + "/" + kBaseIdentityFile) << R"({"source": "hf_dir"})";
+  CHECK_THAT(test::user_error_of([&] { use_lora_base(config, ckpt, tmp.file("nowhere")); }),
+             Catch::Contains("no such directory"));
+  use_lora_base(config, ckpt, base);
+  CHECK(*config.tracks.ar.model.hf_dir == base);
+  CHECK(*config.tracks.ar.tokenizer.path == base);
+}

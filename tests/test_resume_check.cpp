@@ -1,13 +1,13 @@
-// What resume compares between a checkpoint's recipe and the current one (trainer.h's
+// What resume compares between a checkpoint's recipe and the current one (resume_check.h's
 // incompatible_change): the shapes its tensors depend on, not where the model directory lies.
 #include <catch2/catch.hpp>
 
-#include "core/trainer/trainer.h"
+#include "core/trainer/resume_check.h"
 
 using namespace tandem;
 
 TEST_CASE("resume: a model directory may move with the tokenizer read from it; a tokenizer of its own may not",
-          "[trainer]") {
+          "[resume_check]") {
   Config saved, now;
   saved.tracks.ar.model.hf_dir = "/old/qwen";
   saved.tracks.ar.tokenizer.path = "/old/qwen";
@@ -23,7 +23,8 @@ TEST_CASE("resume: a model directory may move with the tokenizer read from it; a
   CHECK_THAT(incompatible_change(saved, now), Catch::Contains("tokenizer"));
 }
 
-TEST_CASE("resume: all-linear and the same layers listed by name, in any order, are the same adapters", "[trainer]") {
+TEST_CASE("resume: all-linear and the same layers listed by name, in any order, are the same adapters",
+          "[resume_check]") {
   Config saved, now;
   saved.tracks.ar.lora.rank = now.tracks.ar.lora.rank = 8;
   saved.tracks.ar.lora.targets = {"all-linear"};

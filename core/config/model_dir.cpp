@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/write_file.h"
 #include "models/llama/config.h"
 #include "models/safetensors.h"
@@ -111,10 +111,7 @@ ModelDir read_model_dir(const std::string& dir) {
   const fs::path gen = fs::path(dir) / "generation_config.json";
   if (fs::exists(gen, ec)) {
     if (!fs::is_regular_file(gen, ec)) throw UserError(gen.string() + ": not a regular file");
-    std::ifstream in(gen);
-    d.generation_config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (d.generation_config.is_discarded() || !d.generation_config.is_object())
-      throw UserError(gen.string() + ": not a JSON object");
+    d.generation_config = read_json_object(gen.string());
     if (d.generation_config.contains("eos_token_id"))
       add_ids(d.generation_config.at("eos_token_id"), gen.string() + ": eos_token_id", m.eos_token_ids);
     if (!m.bos_token_id && d.generation_config.contains("bos_token_id")) {
@@ -192,13 +189,6 @@ namespace tandem {
 
 namespace {
 
-nlohmann::json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw UserError(path.string() + ": not a JSON object");
-  return j;
-}
-
 void write_json_file(const fs::path& path, const nlohmann::json& j) {
   write_file_checked(path.string(), j.dump(2) + "\n");
 }
@@ -213,7 +203,7 @@ nlohmann::json ids_json(const std::vector<int64_t>& ids) {
 void complete_hf_dir(const std::string& dir, const HfDirCompanions& c) {
   const fs::path out = dir;
   const fs::path config_path = out / models::kHfConfigFile;
-  nlohmann::json config = read_json_file(config_path);  // what save_llama wrote: the architecture
+  nlohmann::json config = read_json_object(config_path.string());  // what save_llama wrote: the architecture
   if (c.source) {
     nlohmann::json merged = c.source->config;
     for (const auto& [key, value] : config.items()) merged[key] = value;
@@ -242,7 +232,7 @@ void complete_hf_dir(const std::string& dir, const HfDirCompanions& c) {
     }
     if (c.chat_template) {  // the recipe's file; a chat_template.jinja would win over it (transformers 5)
       const fs::path tc = out / "tokenizer_config.json";
-      nlohmann::json j = fs::exists(tc, ec) ? read_json_file(tc) : nlohmann::json::object();
+      nlohmann::json j = fs::exists(tc, ec) ? read_json_object(tc.string()) : nlohmann::json::object();
       j["chat_template"] = *c.chat_template;
       write_json_file(tc, j);
       fs::remove(out / "chat_template.jinja", ec);

@@ -55,11 +55,15 @@ nlohmann::json read_base_identity(const std::string& checkpoint) {
   return j;
 }
 
+void require_adapters_for_base(const std::string& dir, const std::string& base) {
+  if (!fs::exists(fs::path(dir) / kAdapterDir))
+    throw UserError("--base " + base + ": " + dir + " holds no LoRA adapters (" + kAdapterDir +
+                    "/); --base names the base model of a LoRA checkpoint");
+}
+
 void use_lora_base(Config& config, const std::string& dir, const std::string& base) {
   const std::string what = "--base " + base + ": ";
-  if (!fs::exists(fs::path(dir) / kAdapterDir))
-    throw UserError(what + dir + " holds no LoRA adapters (" + kAdapterDir +
-                    "/); --base names the base model of a LoRA checkpoint");
+  require_adapters_for_base(dir, base);
   if (read_base_identity(dir)["source"] != "hf_dir")
     throw UserError(what + dir + " holds its base itself (" + kBaseDir +
                     "/); --base is for a base read from a Hugging Face directory");

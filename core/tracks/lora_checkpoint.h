@@ -36,6 +36,8 @@ nlohmann::json read_base_identity(const std::string& checkpoint);
 // Throws UserError when `dir` holds no adapters, holds its base itself (ar_base/), or `base` is not
 // a directory.
 void use_lora_base(Config& config, const std::string& dir, const std::string& base);
+// The first of use_lora_base's refusals alone: throws UserError when `dir` holds no adapters.
+void require_adapters_for_base(const std::string& dir, const std::string& base);
 
 // Checkpoint `dir`'s policy on one process (tp 1) in `dtype`: its base (ar_base/, or the recipe's
 // hf_dir after its identity is checked) with its adapters attached and loaded: a LlamaPolicy, or on

@@ -37,8 +37,4 @@ std::string run_directory(const Config& config);
 // trainer_state.json records and a resume checks against the checkpoint's recipe.yaml).
 std::string recipe_hash(const std::string& recipe_yaml);
 
-// The parts of two recipes a checkpoint cannot survive a change of (model shapes, tokenizer);
-// empty when compatible, else a message naming what changed.
-std::string incompatible_change(const Config& saved, const Config& current);
-
 }  // namespace tandem
