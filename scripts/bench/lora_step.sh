@@ -13,7 +13,9 @@
 # 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
 # from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad
 # pass they share; PROMPTS=8 doubles the batch to 8 prompts x 4 samples (the ablate only);
-# ABLATE_ONLY=1 (exactly 1) stops after the ablate; TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
+# ABLATE_ONLY=1 (exactly 1) stops after the ablate; LORA_MOMENTS=8bit gives the LoRA side 8-bit AdamW
+# moments (the memory goals' configuration; full fine-tuning keeps float32's); TANDEM_REAL_MODEL,
+# TANDEM_TOKENIZER as real_size.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"
@@ -34,7 +36,7 @@ ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "
   --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
   --set tracks.ar.algo.old_logp="${OLD_LOGP:-recompute}" \
-  --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64")
+  --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64${LORA_MOMENTS:+;optim.moments=$LORA_MOMENTS}")
 echo "ablate: $ablate"
 [ "${ABLATE_ONLY:-0}" = 1 ] && exit 0
 rollout=$("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \
