@@ -27,6 +27,7 @@
 #include "core/batch/collate.h"
 #include "core/batch/exchange.h"
 #include "core/batch/schedule.h"
+#include "core/grpo/adamw_state.h"
 #include "core/grpo/policy_update.h"
 #include "core/policies/llama_policy.h"
 #include "parallel/process_groups.h"
@@ -188,6 +189,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
   auto comm = parallel::make_mpi_communicator(groups, parallel::Axis::kWorld, 600);
   const std::vector<torch::Tensor> params = policy.parameters();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
+  allocate_optimizer_state(optimizer);  // as train does: below the first step's activations
 
   UpdateOptions uo;  // the quickstart's objective: token-mean, clip 0.2 / 0.28, no KL
   uo.policy.clip_low = 0.2, uo.policy.clip_high = 0.28;

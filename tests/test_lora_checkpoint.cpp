@@ -74,6 +74,14 @@ TEST_CASE(
   std::ofstream(ckpt + "/" + kAdapterDir + "/" + kBaseIdentityFile) << R"({"source": "checkpoint"})";
   CHECK_NOTHROW(require_adapters_for_base(ckpt, base));
   CHECK_THAT(test::user_error_of([&] { use_lora_base(config, ckpt, base); }), Catch::Contains("holds its base itself"));
+  // A damaged identity file: not JSON, or an object without its source.
+  const std::string id_file = ckpt + "/" + kAdapterDir + "/" + kBaseIdentityFile;
+  std::ofstream(id_file) << R"({"source": )";
+  CHECK(test::user_error_of([&] { use_lora_base(config, ckpt, base); }) ==
+        id_file + ": not a JSON object; use another checkpoint");
+  std::ofstream(id_file) << R"({"sha256": "0"})";
+  CHECK_THAT(test::user_error_of([&] { use_lora_base(config, ckpt, base); }),
+             Catch::StartsWith(id_file + ": damaged (no \"source\" string"));
   // A base read from a Hugging Face directory: the recipe's paths move, the tokenizer with them.
   std::ofstream(ckpt + "/" + kAdapterDir + "/" + kBaseIdentityFile) << R"({"source": "hf_dir"})";
   CHECK_THAT(test::user_error_of([&] { use_lora_base(config, ckpt, tmp.file("nowhere")); }),

@@ -1,10 +1,15 @@
 // AdamW with blockwise 8-bit moments; the arithmetic mirrors torchao.optim.AdamW8bit op for op
 // (single_param_adam), so scripts/fixtures/adamw8bit_oracle.py can hold it to torchao's numbers.
+// Float32 parameters on the host take one fused pass per block of the same float32 operations in
+// the same order (the moments and codes come out bitwise equal to the tensor-op form's); the
+// tensor-op form stays for other devices and dtypes.
 #include "core/grpo/adamw_8bit.h"
 
+#include <ATen/Parallel.h>
 #include <torch/serialize/archive.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -12,6 +17,82 @@ namespace tandem {
 
 namespace {
 constexpr int64_t kStepChunk = int64_t{1} << 20;  // elements per pass of a quantised tensor's update
+
+// One step's scalars, each rounded to float32 as torchao's tensor arithmetic rounds it.
+struct StepScalars {
+  float lr, lr_decay;  // lr, and lr * weight_decay
+  float w1, w2;        // the lerp weights 1 - beta1, 1 - beta2
+  float bc1, bc2_sqrt, eps;
+};
+
+// ATen's vectorised lerp (lerp_vec): one fused multiply-add from the nearer end, as torchao's
+// moments are computed on any AVX2 or AVX512 host. Rounding twice instead moves a moment by an ulp,
+// enough to flip a code now and then and move the parameter by some 1e-5 over 20 steps.
+inline float lerp(float self, float end, float w) {
+  return std::abs(w) < 0.5f ? std::fma(w, end - self, self) : std::fma(w - 1.0f, end - self, end);
+}
+
+// torchao's branchless binary search over the sorted map: the last entry <= x, or 0 below the map
+// (and for NaN).
+inline int search_code(float x, const float* qmap) {
+  int c = x >= qmap[128] ? 128 : 0;
+  for (int half = 64; half >= 1; half /= 2) c += x >= qmap[c + half] ? half : 0;
+  return c;
+}
+
+// The search's answer for the lowest float of each top-16-bit prefix (sign, exponent, 7 mantissa
+// bits): a float's own answer is there or a step or two above, as the map's entries are at least
+// 0.7% apart and a prefix spans 0.8%. Eight dependent loads per value become one and a compare.
+std::vector<uint8_t> search_floor_table(const float* qmap) {
+  std::vector<uint8_t> table(size_t{1} << 16);
+  for (uint32_t prefix = 0; prefix < table.size(); ++prefix) {
+    const uint32_t lowest = prefix << 16 | ((prefix & 0x8000) != 0 ? 0xFFFF : 0);  // most negative if signed
+    table[prefix] = static_cast<uint8_t>(search_code(std::bit_cast<float>(lowest), qmap));
+  }
+  return table;
+}
+
+// The nearest entry as torchao picks it: the search's answer, then up when at least half-way to
+// the next entry.
+inline uint8_t nearest_code(float x, const float* qmap, const uint8_t* floor) {
+  int c = std::isnan(x) ? 0 : floor[std::bit_cast<uint32_t>(x) >> 16];
+  while (c < 255 && x >= qmap[c + 1]) ++c;
+  const int up = std::min(c + 1, 255);
+  return static_cast<uint8_t>(x - qmap[c] >= (qmap[up] - qmap[c]) * 0.5f ? up : c);
+}
+
+// The quantised update of blocks [b0, b1) on the host, one block at a time: dequantise both
+// moments, step the parameter, requantise, with the block's moments in two stack buffers. The
+// ATen form below makes some thirty passes over int64 and float32 temporaries instead; this is
+// the same arithmetic in the same order (single_param_adam, quantize_8bit_with_qmap).
+void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale, uint8_t* v_codes, float* v_scale,
+                     int64_t b0, int64_t b1, const float* qs, const float* qu, const uint8_t* qs_floor,
+                     const uint8_t* qu_floor, const StepScalars& k) {
+  float m[kMomentBlock], v[kMomentBlock];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t o = b * kMomentBlock;
+    float m_max = 0.0f, v_max = 0.0f;
+    for (int64_t j = 0; j < kMomentBlock; ++j) {
+      const float gj = g[o + j];
+      float pj = p[o + j];
+      pj = pj - k.lr_decay * pj;  // decoupled decay
+      m[j] = lerp(qs[m_codes[o + j]] * m_scale[b], gj, k.w1);
+      v[j] = lerp(qu[v_codes[o + j]] * v_scale[b], gj * gj, k.w2);
+      const float denom = std::sqrt(v[j]) / k.bc2_sqrt + k.eps;
+      p[o + j] = pj - k.lr * (m[j] / k.bc1) / denom;
+      // amax's NaN propagation: a NaN moment makes its block's scale NaN, as torchao's would.
+      const float ma = std::abs(m[j]), va = std::abs(v[j]);
+      m_max = std::isnan(ma) || ma > m_max ? ma : m_max;
+      v_max = std::isnan(va) || va > v_max ? va : v_max;
+    }
+    m_scale[b] = std::max(m_max, 1e-12f);
+    v_scale[b] = std::max(v_max, 1e-12f);
+    for (int64_t j = 0; j < kMomentBlock; ++j) {
+      m_codes[o + j] = nearest_code(m[j] / m_scale[b], qs, qs_floor);
+      v_codes[o + j] = nearest_code(v[j] / v_scale[b], qu, qu_floor);
+    }
+  }
+}
 }  // namespace
 
 torch::Tensor dynamic_map(bool is_signed) {
@@ -67,11 +148,33 @@ torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor&
   return (v.view({-1, kMomentBlock}) * q.scale.view({-1, 1})).view(q.codes.sizes());
 }
 
-AdamW8bit::AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options)
+AdamW8bit::AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options,
+                     bool host_kernel)
     : torch::optim::Optimizer(params, std::make_unique<torch::optim::AdamWOptions>(options)),
       qmap_signed_(dynamic_map(true)),
-      qmap_unsigned_(dynamic_map(false)) {
+      qmap_unsigned_(dynamic_map(false)),
+      floor_signed_(search_floor_table(qmap_signed_.data_ptr<float>())),
+      floor_unsigned_(search_floor_table(qmap_unsigned_.data_ptr<float>())),
+      host_kernel_(host_kernel) {
   moments_.resize(all_params().size());
+}
+
+void AdamW8bit::zero_moments(Moments& s, const torch::Tensor& p) {
+  if (s.exp_avg.defined() || s.exp_avg_q.codes.defined()) return;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(p.device());
+  if (quantizes_moments(p)) {
+    const int64_t blocks = p.numel() / kMomentBlock;
+    for (BlockwiseCodes* q : {&s.exp_avg_q, &s.exp_avg_sq_q})
+      *q = {torch::zeros(p.sizes(), f32.dtype(torch::kUInt8)), torch::zeros({blocks}, f32)};
+  } else {
+    s.exp_avg = torch::zeros(p.sizes(), f32);
+    s.exp_avg_sq = torch::zeros(p.sizes(), f32);
+  }
+}
+
+void AdamW8bit::allocate_state() {
+  const std::vector<torch::Tensor> params = all_params();
+  for (size_t i = 0; i < params.size(); ++i) zero_moments(moments_[i], params[i]);
 }
 
 std::vector<torch::Tensor> AdamW8bit::all_params() const {
@@ -98,17 +201,7 @@ torch::Tensor AdamW8bit::step(LossClosure closure) {
       Moments& s = moments_[i++];
       if (!p.grad().defined()) continue;
       const bool quantized = quantizes_moments(p);
-      if (s.step == 0) {
-        const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(p.device());
-        if (quantized) {
-          const int64_t blocks = p.numel() / kMomentBlock;
-          for (BlockwiseCodes* q : {&s.exp_avg_q, &s.exp_avg_sq_q})
-            *q = {torch::zeros(p.sizes(), f32.dtype(torch::kUInt8)), torch::zeros({blocks}, f32)};
-        } else {
-          s.exp_avg = torch::zeros(p.sizes(), f32);
-          s.exp_avg_sq = torch::zeros(p.sizes(), f32);
-        }
-      }
+      zero_moments(s, p);
       s.step += 1;
       const torch::Tensor step = torch::tensor(static_cast<float>(s.step));
       const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, step);
@@ -132,6 +225,28 @@ torch::Tensor AdamW8bit::step(LossClosure closure) {
       TORCH_CHECK(p.is_contiguous(), "AdamW8bit: parameter ", i - 1, " is not contiguous");
       const torch::Tensor flat = p.view({-1}), grad = p.grad().reshape({-1});  // (N)
       const torch::Tensor m_codes = s.exp_avg_q.codes.view({-1}), v_codes = s.exp_avg_sq_q.codes.view({-1});
+      if (host_kernel_ && p.device().is_cpu() && p.scalar_type() == torch::kFloat32) {
+        const StepScalars k{lr.item<float>(),
+                            (lr * o.weight_decay()).item<float>(),
+                            static_cast<float>(1 - beta1),
+                            static_cast<float>(1 - beta2),
+                            bias_correction1.item<float>(),
+                            bias_correction2.sqrt().item<float>(),
+                            static_cast<float>(o.eps())};
+        for (int64_t start = 0; start < flat.numel(); start += kStepChunk) {
+          const int64_t len = std::min(kStepChunk, flat.numel() - start);
+          const torch::Tensor g = grad.slice(0, start, start + len).to(torch::kFloat32).contiguous();  // (len)
+          const int64_t c0 = start / kMomentBlock;  // the chunk's first block
+          float* pp = flat.data_ptr<float>() + start;
+          uint8_t *mc = m_codes.data_ptr<uint8_t>() + start, *vc = v_codes.data_ptr<uint8_t>() + start;
+          float *ms = s.exp_avg_q.scale.data_ptr<float>() + c0, *vs = s.exp_avg_sq_q.scale.data_ptr<float>() + c0;
+          at::parallel_for(0, len / kMomentBlock, 16, [&](int64_t b0, int64_t b1) {
+            step_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, b0, b1, qmap_signed_.data_ptr<float>(),
+                            qmap_unsigned_.data_ptr<float>(), floor_signed_.data(), floor_unsigned_.data(), k);
+          });
+        }
+        continue;
+      }
       for (int64_t start = 0; start < flat.numel(); start += kStepChunk) {
         const int64_t len = std::min(kStepChunk, flat.numel() - start);
         const int64_t b0 = start / kMomentBlock, nb = len / kMomentBlock;

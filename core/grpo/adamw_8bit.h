@@ -39,7 +39,10 @@ torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor&
 
 class AdamW8bit : public torch::optim::Optimizer {
  public:
-  AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options);
+  // host_kernel: float32 parameters on the host step in one fused pass per block; false runs the
+  // tensor-op form that other devices and dtypes run, so tests can hold both to torchao.
+  AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options,
+            bool host_kernel = true);
 
   torch::Tensor step(LossClosure closure = nullptr) override;
   // The moments, per parameter in group order: step, then codes + scales or float32 tensors.
@@ -49,6 +52,9 @@ class AdamW8bit : public torch::optim::Optimizer {
 
   // Bytes of moment state held now (codes, scales, float32 moments).
   int64_t state_bytes() const;
+  // Zero moments for every parameter that has none yet, as its first step would create them
+  // (core/grpo/adamw_state.h says why).
+  void allocate_state();
 
  private:
   struct Moments {
@@ -57,9 +63,12 @@ class AdamW8bit : public torch::optim::Optimizer {
     BlockwiseCodes exp_avg_q, exp_avg_sq_q;  // when quantised
   };
   std::vector<torch::Tensor> all_params() const;
+  static void zero_moments(Moments& s, const torch::Tensor& p);  // when s has none
 
   std::vector<Moments> moments_;  // all_params() order
   torch::Tensor qmap_signed_, qmap_unsigned_;
+  std::vector<uint8_t> floor_signed_, floor_unsigned_;  // the host kernel's search tables (64 KiB each)
+  bool host_kernel_;
 };
 
 }  // namespace tandem

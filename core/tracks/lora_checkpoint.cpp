@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <vector>
 
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/regular_file.h"
 #include "core/policies/llama_policy.h"
 #include "core/policies/unified_policy.h"
@@ -48,10 +48,9 @@ void check_base_identity(const nlohmann::json& saved, const nlohmann::json& now,
 nlohmann::json read_base_identity(const std::string& checkpoint) {
   const std::string file = checkpoint + "/" + kAdapterDir + "/" + kBaseIdentityFile;
   require_regular_file(file, "the LoRA base identity ");
-  std::ifstream in(file);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j["source"].is_string())
-    throw UserError(file + ": damaged (not the JSON object a checkpoint writes); use another checkpoint");
+  nlohmann::json j = read_json_object(file, "use another checkpoint");
+  if (!j.contains("source") || !j["source"].is_string())
+    throw UserError(file + ": damaged (no \"source\" string, which a checkpoint writes); use another checkpoint");
   return j;
 }
 

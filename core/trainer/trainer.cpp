@@ -24,6 +24,7 @@
 #include "core/batch/rollout_bridge.h"
 #include "core/grpo/adamw_8bit.h"
 #include "core/grpo/adamw_rate.h"
+#include "core/grpo/adamw_state.h"
 #include "core/grpo/lr_schedule.h"
 #include "core/grpo/master_weights.h"
 #include "core/grpo/policy_update.h"
@@ -357,6 +358,7 @@ struct Trainer::Impl {
     const double lr =
         learning_rate(config.optim.lr, config.optim.schedule, config.optim.warmup_steps, config.run.steps, step);
     set_learning_rate(*optimizer, lr);
+    allocate_optimizer_state(*optimizer);  // below this step's activations, not among them (adamw_state.h)
     std::vector<MetricMap> per_track(tracks.size());
     for (size_t i = 0; i < tracks.size(); ++i) tracks[i]->prepare(step, per_track[i]);
     const std::vector<torch::Tensor> params = trained_parameters();

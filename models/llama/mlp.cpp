@@ -1,6 +1,8 @@
 // SwiGLU (GeGLU for Gemma 3) MLP; gate and up run as one GEMM.
 #include "models/llama/mlp.h"
 
+#include "models/layers/gated_activation.h"
+
 namespace tandem::models {
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext& ctx)
@@ -14,8 +16,9 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, const parallel::ParallelContext
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
   const auto gate_up = parallel::fused_column_parallel(x, {gate_proj.get(), up_proj.get()});  // (N, I_l) each
   // Gemma's gelu_pytorch_tanh is torch's tanh-approximated GELU.
-  const torch::Tensor act = gelu_tanh_ ? torch::gelu(gate_up[0], "tanh") : torch::silu(gate_up[0]);  // (N, I_l)
-  return down_proj(act * gate_up[1]);                                                                // (N, hidden)
+  const torch::Tensor h =
+      gated_activation(gate_up[0], gate_up[1], gelu_tanh_ ? GateActivation::kGeluTanh : GateActivation::kSilu);
+  return down_proj(h);  // (N, hidden)
 }
 
 }  // namespace tandem::models

@@ -3,6 +3,7 @@
 #include "models/unified/layers.h"
 
 #include "models/layers/fused_attention.h"
+#include "models/layers/gated_activation.h"
 
 #include <cmath>
 #include <limits>
@@ -60,7 +61,7 @@ UnifiedMlpImpl::UnifiedMlpImpl(const UnifiedConfig& c) {
 }
 
 torch::Tensor UnifiedMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));  // (..., D)
+  return down_proj(gated_activation(gate_proj(x), up_proj(x), GateActivation::kSilu));  // (..., D)
 }
 
 UnifiedBlockImpl::UnifiedBlockImpl(const UnifiedConfig& c) {

@@ -14,8 +14,9 @@
 # from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad
 # pass they share; PROMPTS=8 doubles the batch to 8 prompts x 4 samples (the ablate only);
 # ABLATE_ONLY=1 (exactly 1) stops after the ablate; LORA_MOMENTS=8bit gives the LoRA side 8-bit AdamW
-# moments (the memory goals' configuration; full fine-tuning keeps float32's); TANDEM_REAL_MODEL,
-# TANDEM_TOKENIZER as real_size.sh.
+# moments (the memory goals' configuration; full fine-tuning keeps float32's), and
+# LORA_MOMENTS="float32 8bit" runs both LoRA conditions against the same full fine-tuning runs
+# (B, lora, lora_8bit, then reversed); TANDEM_REAL_MODEL, TANDEM_TOKENIZER as real_size.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"
@@ -28,6 +29,11 @@ model=${TANDEM_REAL_MODEL:-build/_deps/qwen2_0p5b_random}
 lengths=$(mktemp); trap 'rm -f "$lengths"' EXIT
 for g in 0 1 2 3; do for s in 0 1 2 3; do echo "$g 100 64"; done; done >"$lengths"
 shape=(--layers 24 --heads 14 --kv-heads 2 --vocab 151936)
+conditions=(--condition B=)
+for moments in ${LORA_MOMENTS:-float32}; do  # lora (float32 moments), lora_8bit
+  name=lora; [ "$moments" = float32 ] || name=lora_$moments
+  conditions+=(--condition "$name=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64;optim.moments=$moments")
+done
 ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "${RUNS:-2}" \
   --steps "${STEPS:-3}" --warmup-steps "${WARMUP:-1}" \
   --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
@@ -36,7 +42,7 @@ ablate=$("$tandem" bench ablate --config configs/qwen2_0p5b.yaml --np 1 --runs "
   --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
   --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 \
   --set tracks.ar.algo.old_logp="${OLD_LOGP:-recompute}" \
-  --condition B= --condition "lora=tracks.ar.lora.rank=32;tracks.ar.lora.alpha=64${LORA_MOMENTS:+;optim.moments=$LORA_MOMENTS}")
+  "${conditions[@]}")
 echo "ablate: $ablate"
 [ "${ABLATE_ONLY:-0}" = 1 ] && exit 0
 rollout=$("$tandem" bench rollout --hidden-size 896 --intermediate-size 4864 "${shape[@]}" \

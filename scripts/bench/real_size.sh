@@ -14,6 +14,8 @@
 #      and rank 32 (alpha 64, all-linear) side by side; each line also gives the AdamW state file's size.
 #      An entry RANK:MOMENTS runs that rank with those optim.moments only ("0 32:8bit").
 #      RECOMPUTE (default none): train.recompute for every run (layers: activation recompute).
+#      OLD_LOGP (default recompute): tracks.ar.algo.old_logp for every run (reuse: exact here, as
+#      each step has one mini-batch).
 #      MOMENTS (default float32): optim.moments values to run per dtype and rank, e.g. "float32 8bit"
 #      for AdamW's float32 moments and its blockwise 8-bit ones side by side.
 set -euo pipefail
@@ -49,10 +51,12 @@ for moments in ${only:-${MOMENTS:-float32}}; do
     --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
     --set tracks.ar.rollout.max_new_tokens=64 --set tracks.ar.model.max_seq_len=512 \
     --set train.num_mini_batches=1 --set train.max_tokens_per_micro=4096 --set train.recompute="${RECOMPUTE:-none}" \
+    --set tracks.ar.algo.old_logp="${OLD_LOGP:-recompute}" \
     --set optim.moments="$moments" "${lora_args[@]}" >"$log" 2>&1 \
     || { echo "real_size: $name run failed:"; tail -20 "$log"; exit 1; }
   wall=$(( $(date +%s) - start ))
-  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$name/metrics.jsonl" "$wall" "$lora" "$out/$name" "${RECOMPUTE:-none}" "$moments" <<'EOF'
+  "$TANDEM_PYTHON" - "$dtype" "$log" "$out/$name/metrics.jsonl" "$wall" "$lora" "$out/$name" "${RECOMPUTE:-none}" "$moments" \
+    "${OLD_LOGP:-recompute}" <<'EOF'
 import glob, json, os, re, sys
 dtype, log, metrics, wall = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
 lora, run_dir = int(sys.argv[5]), sys.argv[6]
@@ -67,7 +71,7 @@ def mean(key):
     vals = [r[key] for r in rows if key in r]
     return sum(vals) / len(vals) if vals else float("nan")
 print(json.dumps({
-    "dtype": dtype, "lora_rank": lora, "moments": sys.argv[8], "recompute": sys.argv[7], "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
+    "dtype": dtype, "lora_rank": lora, "moments": sys.argv[8], "recompute": sys.argv[7], "old_logp": sys.argv[9], "steps": len(rows), "threads_per_rank": int(threads.group(1)) if threads else None,
     "gemm_gflops": int(gemm.group(1)) if gemm else None,
     "load_s": float(load.group(1)) if load else None,
     "rollout_tokens_per_s": round(mean("ar/perf/rollout_tokens_per_s"), 1),
