@@ -1,6 +1,6 @@
 // gated_activation (models/layers/gated_activation.h): the one-node SwiGLU / GeGLU gives the
-// unfused ops' outputs and gradients bitwise, in float32, bf16 and float64, and holds one (N, I)
-// tensor fewer for the backward.
+// unfused ops' outputs and gradients bitwise, in float32, bf16 and float64, and is used only when
+// gate needs a gradient.
 #include <catch2/catch.hpp>
 
 #include "models/layers/gated_activation.h"
@@ -45,16 +45,25 @@ TEST_CASE("gated_activation: outputs and gradients bitwise those of the unfused 
   CHECK_FALSE(torch::equal(other.grad_gate, u.grad_gate));
 }
 
-TEST_CASE("gated_activation: the node saves gate and up only; without autograd the plain ops", "[gated_activation]") {
-  const torch::Tensor gate = torch::randn({8, 16}).requires_grad_(), up = torch::randn({8, 16}).requires_grad_();
-  const torch::Tensor y = gated_activation(gate, up, GateActivation::kSilu);
-  REQUIRE(y.grad_fn());
-  CHECK(y.grad_fn()->name().find("GatedActivation") != std::string::npos);
-  // The unfused form's graph: a mul whose saved inputs include silu(gate), a third (N, I) tensor.
-  const torch::Tensor unfused = torch::silu(gate) * up;
-  CHECK(unfused.grad_fn()->name().find("Mul") != std::string::npos);
+TEST_CASE("gated_activation: the node when gate needs a gradient, else the plain ops, the same gradients",
+          "[gated_activation]") {
+  torch::Generator gen = at::detail::createCPUGenerator(5);
+  const torch::Tensor g0 = torch::randn({8, 16}, gen), u0 = torch::randn({8, 16}, gen), w = torch::randn({8, 16}, gen);
+  // (gate needs a gradient, up needs one): which graph node, and each gradient against the unfused ops'.
+  for (const auto& [gate_grad, up_grad] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+    INFO("gate grad " << gate_grad << ", up grad " << up_grad);
+    const torch::Tensor g = g0.clone().requires_grad_(gate_grad), u = u0.clone().requires_grad_(up_grad);
+    const torch::Tensor gr = g0.clone().requires_grad_(gate_grad), ur = u0.clone().requires_grad_(up_grad);
+    const torch::Tensor y = gated_activation(g, u, GateActivation::kSilu);
+    const bool node = y.grad_fn()->name().find("GatedActivation") != std::string::npos;
+    CHECK(node == gate_grad);  // without gate's gradient the plain mul saves act(gate) alone
+    (y * w).sum().backward();
+    (torch::silu(gr) * ur * w).sum().backward();
+    if (gate_grad) CHECK(torch::equal(g.grad(), gr.grad()));
+    if (up_grad) CHECK(torch::equal(u.grad(), ur.grad()));
+    if (!up_grad) CHECK_FALSE(u.grad().defined());
+  }
   torch::NoGradGuard no_grad;
-  const torch::Tensor plain = gated_activation(gate, up, GateActivation::kSilu);
+  const torch::Tensor plain = gated_activation(g0.requires_grad_(), u0, GateActivation::kSilu);
   CHECK_FALSE(plain.requires_grad());
-  CHECK(torch::equal(plain, torch::silu(gate) * up));
 }

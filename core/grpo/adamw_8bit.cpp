@@ -6,6 +6,7 @@
 #include "core/grpo/adamw_8bit.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/serialize/archive.h>
 
 #include <algorithm>
@@ -32,42 +33,13 @@ inline float lerp(float self, float end, float w) {
   return std::abs(w) < 0.5f ? std::fma(w, end - self, self) : std::fma(w - 1.0f, end - self, end);
 }
 
-// torchao's branchless binary search over the sorted map: the last entry <= x, or 0 below the map
-// (and for NaN).
-inline int search_code(float x, const float* qmap) {
-  int c = x >= qmap[128] ? 128 : 0;
-  for (int half = 64; half >= 1; half /= 2) c += x >= qmap[c + half] ? half : 0;
-  return c;
-}
-
-// The search's answer for the lowest float of each top-16-bit prefix (sign, exponent, 7 mantissa
-// bits): a float's own answer is there or a step or two above, as the map's entries are at least
-// 0.7% apart and a prefix spans 0.8%. Eight dependent loads per value become one and a compare.
-std::vector<uint8_t> search_floor_table(const float* qmap) {
-  std::vector<uint8_t> table(size_t{1} << 16);
-  for (uint32_t prefix = 0; prefix < table.size(); ++prefix) {
-    const uint32_t lowest = prefix << 16 | ((prefix & 0x8000) != 0 ? 0xFFFF : 0);  // most negative if signed
-    table[prefix] = static_cast<uint8_t>(search_code(std::bit_cast<float>(lowest), qmap));
-  }
-  return table;
-}
-
-// The nearest entry as torchao picks it: the search's answer, then up when at least half-way to
-// the next entry.
-inline uint8_t nearest_code(float x, const float* qmap, const uint8_t* floor) {
-  int c = std::isnan(x) ? 0 : floor[std::bit_cast<uint32_t>(x) >> 16];
-  while (c < 255 && x >= qmap[c + 1]) ++c;
-  const int up = std::min(c + 1, 255);
-  return static_cast<uint8_t>(x - qmap[c] >= (qmap[up] - qmap[c]) * 0.5f ? up : c);
-}
-
 // The quantised update of blocks [b0, b1) on the host, one block at a time: dequantise both
 // moments, step the parameter, requantise, with the block's moments in two stack buffers. The
 // ATen form below makes some thirty passes over int64 and float32 temporaries instead; this is
 // the same arithmetic in the same order (single_param_adam, quantize_8bit_with_qmap).
 void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale, uint8_t* v_codes, float* v_scale,
-                     int64_t b0, int64_t b1, const float* qs, const float* qu, const uint8_t* qs_floor,
-                     const uint8_t* qu_floor, const StepScalars& k) {
+                     int64_t b0, int64_t b1, const float* qs, const float* qu, const NearestCode& m_code,
+                     const NearestCode& v_code, const StepScalars& k) {
   float m[kMomentBlock], v[kMomentBlock];
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t o = b * kMomentBlock;
@@ -88,12 +60,37 @@ void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale,
     m_scale[b] = std::max(m_max, 1e-12f);
     v_scale[b] = std::max(v_max, 1e-12f);
     for (int64_t j = 0; j < kMomentBlock; ++j) {
-      m_codes[o + j] = nearest_code(m[j] / m_scale[b], qs, qs_floor);
-      v_codes[o + j] = nearest_code(v[j] / v_scale[b], qu, qu_floor);
+      m_codes[o + j] = m_code(m[j] / m_scale[b]);
+      v_codes[o + j] = v_code(v[j] / v_scale[b]);
     }
   }
 }
 }  // namespace
+
+NearestCode::NearestCode(const torch::Tensor& qmap) : qmap_(qmap.contiguous()), floor_(size_t{1} << 16) {
+  TORCH_CHECK(qmap_.scalar_type() == torch::kFloat32 && qmap_.numel() == 256, "NearestCode: a (256,) float32 map");
+  q_ = qmap_.data_ptr<float>();
+  // The search's answer for the lowest float of each top-16-bit prefix (sign, exponent, 7 mantissa
+  // bits). The search only grows with x, so a float's own answer is there or above, and the scan
+  // finds it: a prefix spans 0.8% of a value, and the map's entries are 0.35% apart at the closest.
+  for (uint32_t prefix = 0; prefix < floor_.size(); ++prefix) {
+    const uint32_t lowest = prefix << 16 | ((prefix & 0x8000) != 0 ? 0xFFFF : 0);  // most negative if signed
+    floor_[prefix] = static_cast<uint8_t>(search(std::bit_cast<float>(lowest)));
+  }
+}
+
+int NearestCode::search(float x) const {
+  int c = x >= q_[128] ? 128 : 0;
+  for (int half = 64; half >= 1; half /= 2) c += x >= q_[c + half] ? half : 0;
+  return c;
+}
+
+uint8_t NearestCode::round_up(float x, int c) const {
+  const int up = std::min(c + 1, 255);
+  return static_cast<uint8_t>(x - q_[c] >= (q_[up] - q_[c]) * 0.5f ? up : c);
+}
+
+uint8_t NearestCode::by_search(float x) const { return round_up(x, search(x)); }
 
 torch::Tensor dynamic_map(bool is_signed) {
   // bitsandbytes' create_dynamic_map with max_exponent_bits 7 and total_bits 8: per exponent i,
@@ -153,8 +150,8 @@ AdamW8bit::AdamW8bit(const std::vector<torch::Tensor>& params, const torch::opti
     : torch::optim::Optimizer(params, std::make_unique<torch::optim::AdamWOptions>(options)),
       qmap_signed_(dynamic_map(true)),
       qmap_unsigned_(dynamic_map(false)),
-      floor_signed_(search_floor_table(qmap_signed_.data_ptr<float>())),
-      floor_unsigned_(search_floor_table(qmap_unsigned_.data_ptr<float>())),
+      code_signed_(qmap_signed_),
+      code_unsigned_(qmap_unsigned_),
       host_kernel_(host_kernel) {
   moments_.resize(all_params().size());
 }
@@ -242,9 +239,10 @@ torch::Tensor AdamW8bit::step(LossClosure closure) {
           float *ms = s.exp_avg_q.scale.data_ptr<float>() + c0, *vs = s.exp_avg_sq_q.scale.data_ptr<float>() + c0;
           at::parallel_for(0, len / kMomentBlock, 16, [&](int64_t b0, int64_t b1) {
             step_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, b0, b1, qmap_signed_.data_ptr<float>(),
-                            qmap_unsigned_.data_ptr<float>(), floor_signed_.data(), floor_unsigned_.data(), k);
+                            qmap_unsigned_.data_ptr<float>(), code_signed_, code_unsigned_, k);
           });
         }
+        torch::autograd::impl::bump_version(p);  // written through data_ptr: as copy_ would, for autograd's checks
         continue;
       }
       for (int64_t start = 0; start < flat.numel(); start += kStepChunk) {

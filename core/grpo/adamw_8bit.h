@@ -12,6 +12,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +30,28 @@ torch::Tensor dynamic_map(bool is_signed);  // (256,) float32
 struct BlockwiseCodes {
   torch::Tensor codes;  // uint8, x's shape
   torch::Tensor scale;  // (numel / kMomentBlock,) float32, each block's absmax (at least 1e-12)
+};
+
+// The host pass's nearest map entry of a scaled moment, as torchao picks it: the last entry <= x
+// (entry 0 below the map, and for NaN), then up when x is at least half-way to the next one.
+// torchao finds the entry with an eight-step branchless binary search (by_search); this reads the
+// search's answer for x's top 16 bits from a 64 KiB table and steps along the map from there.
+class NearestCode {
+ public:
+  explicit NearestCode(const torch::Tensor& qmap);  // (256,) float32, sorted
+  uint8_t operator()(float x) const {
+    int c = std::isnan(x) ? 0 : floor_[std::bit_cast<uint32_t>(x) >> 16];
+    while (c < 255 && x >= q_[c + 1]) ++c;
+    return round_up(x, c);
+  }
+  uint8_t by_search(float x) const;  // torchao's search and rounding, for the tests
+
+ private:
+  int search(float x) const;
+  uint8_t round_up(float x, int c) const;
+  torch::Tensor qmap_;
+  const float* q_;
+  std::vector<uint8_t> floor_;  // per top-16-bit prefix, the search's answer for its lowest float
 };
 
 // Whether a parameter's moments are quantised.
@@ -67,7 +91,7 @@ class AdamW8bit : public torch::optim::Optimizer {
 
   std::vector<Moments> moments_;  // all_params() order
   torch::Tensor qmap_signed_, qmap_unsigned_;
-  std::vector<uint8_t> floor_signed_, floor_unsigned_;  // the host kernel's search tables (64 KiB each)
+  NearestCode code_signed_, code_unsigned_;  // the host pass's code search
   bool host_kernel_;
 };
 

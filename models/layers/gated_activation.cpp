@@ -25,7 +25,7 @@ class GatedActivation : public torch::autograd::Function<GatedActivation> {
     const auto act = static_cast<GateActivation>(ctx->saved_data["act"].toInt());
     // mul's backward (grad * other for each side), then the activation's own backward op.
     const torch::Tensor grad_act = grad * up;
-    const torch::Tensor grad_up = grad * activate(gate, act);
+    const torch::Tensor grad_up = ctx->needs_input_grad(1) ? grad * activate(gate, act) : torch::Tensor();
     const torch::Tensor grad_gate = act == GateActivation::kGeluTanh ? at::gelu_backward(grad_act, gate, "tanh")
                                                                      : at::silu_backward(grad_act, gate);
     return {grad_gate, grad_up, torch::Tensor()};
@@ -35,7 +35,9 @@ class GatedActivation : public torch::autograd::Function<GatedActivation> {
 }  // namespace
 
 torch::Tensor gated_activation(const torch::Tensor& gate, const torch::Tensor& up, GateActivation act) {
-  if (!torch::GradMode::is_enabled() || !(gate.requires_grad() || up.requires_grad())) return activate(gate, act) * up;
+  // Without a gradient for gate, autograd through the plain ops keeps act(gate) alone (or nothing),
+  // no more than the node would.
+  if (!torch::GradMode::is_enabled() || !gate.requires_grad()) return activate(gate, act) * up;
   return GatedActivation::apply(gate, up, static_cast<int64_t>(act));
 }
 
