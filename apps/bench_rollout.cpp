@@ -90,20 +90,24 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
 
   struct Variant {
     bool share;
-    bool lora;  // adapters on (a model without adapters has only lora = false variants)
+    bool lora;           // adapters on (a model without adapters has only lora = false variants)
+    bool kernel = true;  // with adapters: the host decode kernel (parallel/lora_decode.h) or ATen's GEMMs
     std::vector<double> seconds;
     Timed last;
-    std::string name() const { return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : ""); }
+    std::string name() const {
+      return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : "") + (lora && !kernel ? "_aten" : "");
+    }
   };
   std::vector<Variant> variants;
   for (const bool share : {false, true}) {
     if ((a.share_prompt == "auto" && !share) || (a.share_prompt == "off" && share)) continue;
-    variants.push_back({share, false, {}, {}});
-    if (a.lora_rank > 0) variants.push_back({share, true, {}, {}});
+    variants.push_back({share, false});
+    if (a.lora_rank > 0) variants.push_back({share, true, false}), variants.push_back({share, true});
   }
   const auto run_variant = [&](const Variant& v) {
     p.share_prompts = v.share;
     parallel::LoraModeGuard adapters(v.lora);  // off: the base model's exact forward
+    parallel::LoraDecodeKernelGuard kernel(v.kernel);
     return timed_generate(model, reqs, p);
   };
   for (int64_t r = 0; r < a.repeats; ++r) {
@@ -140,9 +144,9 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     out[key] = median(ratios);
     out[key + "_per_repeat"] = ratios;
   };
-  const auto find = [&](bool share, bool lora) -> const Variant* {
+  const auto find = [&](bool share, bool lora, bool kernel = true) -> const Variant* {
     for (const Variant& v : variants)
-      if (v.share == share && v.lora == lora) return &v;
+      if (v.share == share && v.lora == lora && v.kernel == kernel) return &v;
     return nullptr;
   };
   if (find(false, false) && find(true, false)) {
@@ -154,8 +158,12 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     out["same_responses"] = same;  // of "sequences": sharing must not change what is sampled
   }
   for (const bool share : {false, true})
-    if (find(share, true))
-      ratio(*find(share, true), *find(share, false), std::string(share ? "shared" : "unshared") + "_lora_slowdown");
+    if (find(share, true)) {
+      const std::string name = share ? "shared" : "unshared";
+      ratio(*find(share, true), *find(share, false), name + "_lora_slowdown");
+      ratio(*find(share, true, false), *find(share, false), name + "_lora_aten_slowdown");
+      ratio(*find(share, true, false), *find(share, true), name + "_lora_kernel_speedup");
+    }
   return out;
 }
 

@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
   bench_rollout
       ->add_option("--lora-rank", roll.lora_rank,
                    "with --lengths: rank-R all-linear adapters (alpha 2R, B drawn non-zero), each variant timed with "
-                   "them off and on, alternating (0: none)")
+                   "them off, on, and on through ATen's GEMMs instead of the host decode kernel, alternating (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));

@@ -99,6 +99,7 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
 
 thread_local bool t_lora_active = true;
 thread_local bool t_sampling = false;
+thread_local bool t_decode_kernel = true;
 
 void check_factors(const torch::Tensor& a, const torch::Tensor& b, int64_t in, int64_t out, const char* what) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == in && b.size(0) == out && a.size(0) == b.size(1), what,
@@ -114,14 +115,24 @@ torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const t
   return torch::matmul(xa, b.t()).to(dtype);                                     // (..., out)
 }
 
-torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f) {
+torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f, PackedLora* packed) {
   if (!y.is_contiguous() || f.a.scalar_type() != y.scalar_type() || f.b.scalar_type() != y.scalar_type())
     return y + lora_delta(x, f.a, f.b, f.scale, y.scalar_type());
-  const torch::Tensor xa = torch::mm(x.reshape({-1, x.size(-1)}), f.a.t());  // (M, r)
-  const torch::Tensor y2 = y.view({-1, y.size(-1)});                         // (M, out)
+  const torch::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, in)
+  const torch::Tensor y2 = y.view({-1, y.size(-1)});     // (M, out)
+  const bool sampling = t_sampling && !at::GradMode::is_enabled();
+  if (sampling && t_decode_kernel && packed != nullptr && y2.device().is_cpu() && y2.size(0) <= kLoraDecodeMaxRows) {
+    const torch::Tensor& pa = packed->a.of(f.a);  // (tiles of r, in, tile)
+    const torch::Tensor& pb = packed->b.of(f.b);  // (tiles of out, r, tile)
+    if (lora_decode_applies(y2, x2, pa, pb)) {
+      add_lora_decode(y2, x2, pa, pb, f.scale);
+      return y;
+    }
+  }
+  const torch::Tensor xa = torch::mm(x2, f.a.t());  // (M, r)
   // One addmm: no (M, out) product held beside y and then added to it. A no-grad scoring forward
   // runs these same ops, so its log-probs are the training forward's to the bit.
-  if (at::GradMode::is_enabled() || !t_sampling) return torch::addmm(y2, xa, f.b.t(), 1.0, f.scale).view(y.sizes());
+  if (!sampling) return torch::addmm(y2, xa, f.b.t(), 1.0, f.scale).view(y.sizes());
   // Sampling: y is this layer's fresh output, and B's GEMM accumulates into it in place, where
   // the decode step otherwise allocates a new output per adapted layer and token.
   y2.addmm_(xa, f.b.t(), 1.0, f.scale);
@@ -129,9 +140,10 @@ torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactor
 }
 
 bool lora_active() { return t_lora_active; }
-SamplingGuard::SamplingGuard() : ScopedThreadFlag(t_sampling, true) {}
+SamplingGuard::SamplingGuard() : ScopedThreadFlag(t_sampling, true) { begin_sampling_scope(); }
 LoraOffGuard::LoraOffGuard() : ScopedThreadFlag(t_lora_active, false) {}
 LoraModeGuard::LoraModeGuard(bool active) : ScopedThreadFlag(t_lora_active, active) {}
+LoraDecodeKernelGuard::LoraDecodeKernelGuard(bool enabled) : ScopedThreadFlag(t_decode_kernel, enabled) {}
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp) {
   if (tp == nullptr || tp->size() == 1) return x;
@@ -167,7 +179,8 @@ void ColumnParallelLinearImpl::attach_lora(const torch::Tensor& a, const torch::
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor xt = copy_to_tp(x, tp_);
   torch::Tensor y = torch::linear(xt, weight, bias);  // (..., out_local)
-  if (lora_.defined() && t_lora_active) y = add_lora(y, xt, {copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale});
+  if (lora_.defined() && t_lora_active)
+    y = add_lora(y, xt, {copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale}, &decode_packed_);
   return y;
 }
 
@@ -199,7 +212,7 @@ std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
     std::vector<torch::Tensor> parts;
     for (const auto* l : layers) {
       torch::Tensor y = l->bias.defined() ? torch::addmm(l->bias, x2, l->weight.t()) : torch::mm(x2, l->weight.t());
-      if (l->lora().defined() && t_lora_active) y = add_lora(y, x2, l->lora());
+      if (l->lora().defined() && t_lora_active) y = add_lora(y, x2, l->lora(), &l->decode_packed());
       parts.push_back(y);  // (M, out_local)
     }
     return unflatten(std::move(parts));
@@ -248,7 +261,7 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor partial = torch::linear(x, weight);  // (..., out): this rank's share of the sum over tp
   // B (A_r x_r) summed over tp is B A x: the adapter's share joins the layer's one reduction.
   if (lora_.defined() && t_lora_active)
-    partial = add_lora(partial, x, {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale});
+    partial = add_lora(partial, x, {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale}, &decode_packed_);
   torch::Tensor y = reduce_from_tp(partial, tp_);  // (..., out)
   return bias.defined() ? y + bias : y;
 }

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "parallel/lora_decode.h"
 #include "parallel/parallel_context.h"
 
 namespace tandem::parallel {
@@ -28,8 +29,13 @@ torch::Tensor lora_delta(const torch::Tensor& x, const torch::Tensor& a, const t
                          torch::ScalarType dtype);
 
 // y + lora_delta(x, ...) in y's dtype, B's GEMM accumulating onto y (addmm); when sampling
-// (SamplingGuard, no autograd) into y itself, in place (y: a layer's fresh output, (..., out)).
-torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f);
+// (SamplingGuard, no autograd) into y itself, in place (y: a layer's fresh output, (..., out)),
+// and on the host for a decode step's few rows through add_lora_decode with the layer's packed
+// factors (the layers pass theirs).
+struct PackedLora {
+  PackedFactor a, b;
+};
+torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f, PackedLora* packed = nullptr);
 
 // Sets one of this file's thread-local switches for a scope and restores it on exit; the guards
 // below name the switch.
@@ -70,6 +76,13 @@ class LoraModeGuard : ScopedThreadFlag {
   explicit LoraModeGuard(bool active);
 };
 
+// Whether the sampling path may add the adapters through the host decode kernel (lora_decode.h):
+// on by default; off for a scope, ATen's GEMMs, which `bench rollout` times beside it.
+class LoraDecodeKernelGuard : ScopedThreadFlag {
+ public:
+  explicit LoraDecodeKernelGuard(bool enabled);
+};
+
 // f: identity forward; the gradient is summed over tp backward. Enters a tp region whose
 // input is replicated on every tp rank.
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp);
@@ -96,10 +109,12 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   // Registers the adapter's factors as parameters lora_A (r, in) and lora_B (out_local, r).
   void attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale);
   const LoraFactors& lora() const { return lora_; }
+  PackedLora& decode_packed() const { return decode_packed_; }  // the sampler's (lora_decode.h)
 
  private:
   Communicator* tp_;
   LoraFactors lora_;
+  mutable PackedLora decode_packed_;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
@@ -126,10 +141,12 @@ class RowParallelLinearImpl : public torch::nn::Module {
   // Registers the adapter's factors as parameters lora_A (r, in_local) and lora_B (out, r).
   void attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale);
   const LoraFactors& lora() const { return lora_; }
+  PackedLora& decode_packed() const { return decode_packed_; }  // the sampler's (lora_decode.h)
 
  private:
   Communicator* tp_;
   LoraFactors lora_;
+  mutable PackedLora decode_packed_;
 };
 TORCH_MODULE(RowParallelLinear);
 

@@ -38,8 +38,8 @@ inline float lerp(float self, float end, float w) {
 // ATen form below makes some thirty passes over int64 and float32 temporaries instead; this is
 // the same arithmetic in the same order (single_param_adam, quantize_8bit_with_qmap).
 void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale, uint8_t* v_codes, float* v_scale,
-                     int64_t b0, int64_t b1, const float* qs, const float* qu, const NearestCode& m_code,
-                     const NearestCode& v_code, const StepScalars& k) {
+                     int64_t b0, int64_t b1, const NearestCode& m_code, const NearestCode& v_code,
+                     const StepScalars& k) {
   float m[kMomentBlock], v[kMomentBlock];
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t o = b * kMomentBlock;
@@ -48,8 +48,8 @@ void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale,
       const float gj = g[o + j];
       float pj = p[o + j];
       pj = pj - k.lr_decay * pj;  // decoupled decay
-      m[j] = lerp(qs[m_codes[o + j]] * m_scale[b], gj, k.w1);
-      v[j] = lerp(qu[v_codes[o + j]] * v_scale[b], gj * gj, k.w2);
+      m[j] = lerp(m_code.value(m_codes[o + j]) * m_scale[b], gj, k.w1);
+      v[j] = lerp(v_code.value(v_codes[o + j]) * v_scale[b], gj * gj, k.w2);
       const float denom = std::sqrt(v[j]) / k.bc2_sqrt + k.eps;
       p[o + j] = pj - k.lr * (m[j] / k.bc1) / denom;
       // amax's NaN propagation: a NaN moment makes its block's scale NaN, as torchao's would.
@@ -238,8 +238,7 @@ torch::Tensor AdamW8bit::step(LossClosure closure) {
           uint8_t *mc = m_codes.data_ptr<uint8_t>() + start, *vc = v_codes.data_ptr<uint8_t>() + start;
           float *ms = s.exp_avg_q.scale.data_ptr<float>() + c0, *vs = s.exp_avg_sq_q.scale.data_ptr<float>() + c0;
           at::parallel_for(0, len / kMomentBlock, 16, [&](int64_t b0, int64_t b1) {
-            step_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, b0, b1, qmap_signed_.data_ptr<float>(),
-                            qmap_unsigned_.data_ptr<float>(), code_signed_, code_unsigned_, k);
+            step_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, b0, b1, code_signed_, code_unsigned_, k);
           });
         }
         torch::autograd::impl::bump_version(p);  // written through data_ptr: as copy_ would, for autograd's checks

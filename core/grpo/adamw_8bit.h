@@ -44,7 +44,8 @@ class NearestCode {
     while (c < 255 && x >= q_[c + 1]) ++c;
     return round_up(x, c);
   }
-  uint8_t by_search(float x) const;  // torchao's search and rounding, for the tests
+  uint8_t by_search(float x) const;                     // torchao's search and rounding, for the tests
+  float value(uint8_t code) const { return q_[code]; }  // the map entry a code stands for
 
  private:
   int search(float x) const;

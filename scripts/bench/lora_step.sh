@@ -7,8 +7,9 @@
 #   lora  tracks.ar.lora rank 32, alpha 64, all-linear (the base frozen)
 # speedup_vs_B is B's step time over LoRA's, paired run by run, over the steps after the warm-up
 # (the first step's allocations and AdamW state are outside it); the LoRA step's share of full
-# fine-tuning's is its inverse. Then, for where the time goes, the sampler with the adapters off and
-# on (`bench rollout --lora-rank`, the same 16 sequences of 100 + 64 tokens) and one training step
+# fine-tuning's is its inverse. Then, for where the time goes, the sampler with the adapters off,
+# on, and on through ATen's GEMMs instead of the host decode kernel (`bench rollout --lora-rank`,
+# the same 16 sequences of 100 + 64 tokens) and one training step
 # of each (`bench train --lora-rank`, pure bf16, untied head). A benchmark, not a test (~15 min on
 # 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
 # from the training forward (exact with one mini-batch: DESIGN.md), which drops the ~4 s no-grad

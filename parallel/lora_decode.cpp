@@ -1,0 +1,165 @@
+// See lora_decode.h. The kernel's body (lora_decode_isa.inc) is compiled once per instruction set
+// here and the best one the host has is called: one binary for the Intel and AMD hosts alike.
+#include "parallel/lora_decode.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace tandem::parallel {
+
+namespace {
+
+// Below this many multiply-adds a product runs on the calling thread: an OpenMP fork and join
+// costs some 5 us, about what a rank-32 product of 896 inputs takes on one core at 16 rows. (The
+// Qwen2-0.5B shape's gate / up / down B and down A passes run in parallel, the rest serially.)
+constexpr int64_t kMinParallelMacs = int64_t{1} << 21;
+
+inline float to_float(float v) { return v; }
+inline float to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+template <class T>
+inline T from_float(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return c10::BFloat16(v).x;  // round to nearest even
+  }
+}
+
+std::atomic<uint64_t> g_sampling_scope{1};
+
+}  // namespace
+
+#define TANDEM_LORA_NS baseline
+#define TANDEM_LORA_LANES 4
+#define TANDEM_LORA_MB 1
+#include "parallel/lora_decode_isa.inc"
+#undef TANDEM_LORA_NS
+#undef TANDEM_LORA_LANES
+#undef TANDEM_LORA_MB
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define TANDEM_LORA_NS avx2
+#define TANDEM_LORA_LANES 8
+#define TANDEM_LORA_MB 2
+#include "parallel/lora_decode_isa.inc"
+#undef TANDEM_LORA_NS
+#undef TANDEM_LORA_LANES
+#undef TANDEM_LORA_MB
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#define TANDEM_LORA_NS avx512
+#define TANDEM_LORA_LANES 16
+#define TANDEM_LORA_MB 8
+#include "parallel/lora_decode_isa.inc"
+#undef TANDEM_LORA_NS
+#undef TANDEM_LORA_LANES
+#undef TANDEM_LORA_MB
+#pragma GCC pop_options
+#endif
+
+bool host_supports(LoraDecodeIsa isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case LoraDecodeIsa::kBaseline:
+      return true;
+    case LoraDecodeIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case LoraDecodeIsa::kAvx512:
+      return host_supports(LoraDecodeIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+#else
+  return isa == LoraDecodeIsa::kBaseline;
+#endif
+}
+
+LoraDecodeIsa best_lora_decode_isa() {
+  static const LoraDecodeIsa best = host_supports(LoraDecodeIsa::kAvx512) ? LoraDecodeIsa::kAvx512
+                                    : host_supports(LoraDecodeIsa::kAvx2) ? LoraDecodeIsa::kAvx2
+                                                                          : LoraDecodeIsa::kBaseline;
+  return best;
+}
+
+torch::Tensor pack_for_decode(const torch::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2, "pack_for_decode: a factor must be 2-D, got ", w.sizes());
+  const int64_t n = w.size(0), k = w.size(1), tiles = (n + kLoraDecodeTile - 1) / kLoraDecodeTile;
+  torch::Tensor padded = torch::zeros({tiles * kLoraDecodeTile, k}, w.options());  // (tiles * tile, k)
+  padded.narrow(0, 0, n).copy_(w.detach());
+  return padded.view({tiles, kLoraDecodeTile, k}).transpose(1, 2).contiguous();  // (tiles, k, tile)
+}
+
+namespace {
+bool packs(const torch::Tensor& packed, int64_t n, int64_t k) {
+  return packed.dim() == 3 && packed.size(0) == (n + kLoraDecodeTile - 1) / kLoraDecodeTile && packed.size(1) == k &&
+         packed.size(2) == kLoraDecodeTile;
+}
+}  // namespace
+
+bool lora_decode_applies(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& packed_a,
+                         const torch::Tensor& packed_b) {
+  const at::ScalarType dt = y.scalar_type();
+  if (!y.device().is_cpu() || (dt != at::kBFloat16 && dt != at::kFloat)) return false;
+  for (const torch::Tensor* t : {&x, &packed_a, &packed_b})
+    if (!t->device().is_cpu() || t->scalar_type() != dt || !t->is_contiguous()) return false;
+  if (y.dim() != 2 || x.dim() != 2 || packed_b.dim() != 3 || !y.is_contiguous()) return false;
+  const int64_t r = packed_b.size(1);
+  return y.size(0) <= kLoraDecodeMaxRows && x.size(0) == y.size(0) && packs(packed_a, r, x.size(1)) &&
+         packs(packed_b, y.size(1), r);
+}
+
+void add_lora_decode(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& packed_a,
+                     const torch::Tensor& packed_b, double scale, LoraDecodeIsa isa) {
+  TORCH_CHECK(lora_decode_applies(y, x, packed_a, packed_b), "add_lora_decode: operands it does not take: y ",
+              y.sizes(), " x ", x.sizes(), " packed A ", packed_a.sizes(), " packed B ", packed_b.sizes());
+  TORCH_CHECK(host_supports(isa), "add_lora_decode: this host lacks the instruction set asked for");
+  const int64_t m = y.size(0), in = x.size(1), r = packed_b.size(1), out = y.size(1);
+  if (m == 0 || out == 0) return;
+  const auto s = static_cast<float>(scale);
+  if (y.scalar_type() == at::kFloat) {
+    auto f = baseline::run_float;
+#if defined(__x86_64__)
+    if (isa == LoraDecodeIsa::kAvx2) f = avx2::run_float;
+    if (isa == LoraDecodeIsa::kAvx512) f = avx512::run_float;
+#endif
+    f(y.data_ptr<float>(), x.data_ptr<float>(), packed_a.data_ptr<float>(), packed_b.data_ptr<float>(), m, in, r, out,
+      s);
+    return;
+  }
+  auto f = baseline::run_bf16;
+#if defined(__x86_64__)
+  if (isa == LoraDecodeIsa::kAvx2) f = avx2::run_bf16;
+  if (isa == LoraDecodeIsa::kAvx512) f = avx512::run_bf16;
+#endif
+  const auto bits = [](const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
+  f(bits(y), bits(x), bits(packed_a), bits(packed_b), m, in, r, out, s);
+}
+
+void begin_sampling_scope() { g_sampling_scope.fetch_add(1, std::memory_order_relaxed); }
+
+const torch::Tensor& PackedFactor::of(const torch::Tensor& w) {
+  const uint64_t scope = g_sampling_scope.load(std::memory_order_relaxed);
+  if (!packed_.defined() || w.data_ptr() != data_ || w._version() != version_ || scope != scope_ ||
+      packed_.scalar_type() != w.scalar_type() || !packs(packed_, w.size(0), w.size(1))) {
+    packed_ = pack_for_decode(w);
+    data_ = w.data_ptr();
+    version_ = w._version();
+    scope_ = scope;
+    ++builds_;
+  }
+  return packed_;
+}
+
+}  // namespace tandem::parallel
