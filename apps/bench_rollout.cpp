@@ -4,7 +4,6 @@
 // BLAS speed differs per machine. With --lengths, only that workload's groups instead, each
 // group's prompt prefilled once (--share-prompt auto) or per sample (off), or both alternating.
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "apps/bench_lengths.h"
 #include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "apps/profile_scope.h"
 #include "common/error.h"
 #include "models/llama/lora.h"
 #include "models/llama/model.h"
@@ -134,7 +134,7 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
                      {"most_live", v.last.stats.max_live}};
   }
   if (!a.profile_path.empty()) {  // one more run of the last variant, profiled and not timed
-    torch::autograd::profiler::RecordProfile profile(a.profile_path);
+    ProfileScope profile(a.profile_path);
     run_variant(variants.back());
   }
   // Median over repeats of the per-repeat ratio of two variants' times (side by side in each repeat).

@@ -10,7 +10,6 @@
 // --lora-rank the base is frozen and rank-R all-linear adapters train (LoRA), the same step otherwise.
 // peak_rss_gib is the process's peak resident memory (weights, AdamW state, the step's
 // activations): what --attention and --recompute change.
-#include <torch/csrc/autograd/profiler_legacy.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "apps/bench_lengths.h"
 #include "apps/bench_util.h"
 #include "apps/commands.h"
+#include "apps/profile_scope.h"
 #include "common/error.h"
 #include "core/batch/collate.h"
 #include "core/batch/exchange.h"
@@ -217,7 +217,7 @@ int run_bench_train(const BenchTrainArgs& a, int argc, char** argv) {
     for (Variant& v : variants) {
       // One step more after the timed ones, profiled and not timed: recording every operator slows it.
       const bool profiled = profile_step && step == a.warmup + a.steps;
-      std::optional<torch::autograd::profiler::RecordProfile> profile;
+      std::optional<ProfileScope> profile;
       if (profiled) profile.emplace(a.profile_path);
       if (step == a.warmup && peaks.empty()) peaks.push_back(measure_peak());
       const auto [faults0, system0] = faults_and_system_s();

@@ -96,9 +96,26 @@ LoraDecodeIsa best_lora_decode_isa() {
 torch::Tensor pack_for_decode(const torch::Tensor& w) {
   TORCH_CHECK(w.dim() == 2, "pack_for_decode: a factor must be 2-D, got ", w.sizes());
   const int64_t n = w.size(0), k = w.size(1), tiles = (n + kLoraDecodeTile - 1) / kLoraDecodeTile;
-  torch::Tensor padded = torch::zeros({tiles * kLoraDecodeTile, k}, w.options());  // (tiles * tile, k)
-  padded.narrow(0, 0, n).copy_(w.detach());
-  return padded.view({tiles, kLoraDecodeTile, k}).transpose(1, 2).contiguous();  // (tiles, k, tile)
+  torch::Tensor packed = torch::empty({tiles, k, kLoraDecodeTile}, w.options());  // (tiles, k, tile)
+  pack_for_decode_into(packed, w);
+  return packed;
+}
+
+// Straight from w into packed's storage: a rebuild (every rollout) allocates nothing. A new copy
+// per rollout, allocated while the old one still lived, was placed wherever the heap had room,
+// typically in the training step's freed activations, and stayed there through the next step.
+void pack_for_decode_into(const torch::Tensor& packed, const torch::Tensor& w) {
+  const int64_t n = w.size(0), k = w.size(1), full = n / kLoraDecodeTile, rest = n - full * kLoraDecodeTile;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor src = w.detach();
+  if (full > 0)  // (full, k, tile) <- (full, tile, k)^T
+    packed.narrow(0, 0, full)
+        .copy_(src.narrow(0, 0, full * kLoraDecodeTile).reshape({full, kLoraDecodeTile, k}).transpose(1, 2));
+  if (rest > 0) {
+    const torch::Tensor last = packed.select(0, full);  // (k, tile)
+    last.zero_();
+    last.narrow(1, 0, rest).copy_(src.narrow(0, full * kLoraDecodeTile, rest).t());
+  }
 }
 
 namespace {
@@ -153,7 +170,10 @@ const torch::Tensor& PackedFactor::of(const torch::Tensor& w) {
   const uint64_t scope = g_sampling_scope.load(std::memory_order_relaxed);
   if (!packed_.defined() || w.data_ptr() != data_ || w._version() != version_ || scope != scope_ ||
       packed_.scalar_type() != w.scalar_type() || !packs(packed_, w.size(0), w.size(1))) {
-    packed_ = pack_for_decode(w);
+    if (packed_.defined() && packed_.scalar_type() == w.scalar_type() && packs(packed_, w.size(0), w.size(1)))
+      pack_for_decode_into(packed_, w);
+    else
+      packed_ = pack_for_decode(w);
     data_ = w.data_ptr();
     version_ = w._version();
     scope_ = scope;

@@ -26,6 +26,8 @@ bool host_supports(LoraDecodeIsa isa);
 // tile t holding w^T's columns [t * tile, (t + 1) * tile), each tile's k rows contiguous; the last
 // tile's columns past n are zeros. A (r, in) packs to tiles of r, B (out, r) to tiles of out.
 torch::Tensor pack_for_decode(const torch::Tensor& w);
+// The same into packed, already of that shape and w's dtype (a rebuild allocates nothing).
+void pack_for_decode_into(const torch::Tensor& packed, const torch::Tensor& w);
 
 // Whether add_lora_decode takes these operands: host tensors, all bf16 or all float32, x and y
 // contiguous (M, in) and (M, out) with M <= kLoraDecodeMaxRows, packed_a and packed_b from

@@ -57,40 +57,97 @@ struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
 // dX = sum_i g_i W_i, dW_i = g_i^T X and db_i = sum_rows g_i, where autograd's split backward would
 // first cat them into one (M, sum out) gradient (a copy of the whole output: 0.76 s of a 25 s
 // step at the mid bench workload). biases: empty, or one per weight.
+//
+// With LoRA, block i with ranks[i] > 0 also gets xa_i B_i^T, where xa (M, sum r) = x a^T, a the
+// adapted blocks' scaled A factors stacked, [s_1 A_1; ...] (sum r, in), and bs their B in order.
+// The products are added into the blocks in place, inside this node: out of place, autograd's addmm
+// wrote a fresh (M, out_i) tensor beside each block (gate/up at 2,624 rows: 7 ms each against 2 ms
+// in place), and a block's view cannot be modified in place outside the node. The backward adds
+// dxa a into dX in place too, where autograd would sum a second (M, in) gradient of x into it (8 ms
+// for down_proj's input at 2,624 rows). dxa_i = g_i B_i, dB_i = g_i^T xa_i, da = dxa^T x. a is
+// absent (nullopt) without adapters: an undefined tensor has no device for autograd's metadata.
 struct FusedLinear : torch::autograd::Function<FusedLinear> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
-                               at::TensorList biases) {
+                               at::TensorList biases, const std::optional<torch::Tensor>& a_in, at::TensorList bs,
+                               const std::vector<int64_t>& ranks) {
+    // An unused block's gradient stays undefined (not zeros), so an adapter on it gets none.
+    ctx->set_materialize_grads(false);
     std::vector<int64_t> sizes;
     for (const auto& w : weights) sizes.push_back(w.size(0));
-    const torch::Tensor wt = torch::cat(weights, 0).t();  // (in, sum out)
-    const torch::Tensor y =
-        biases.empty() ? torch::matmul(x, wt) : torch::addmm(torch::cat(biases, 0), x, wt);  // (M, sum out)
-    variable_list saved = {x};
+    // One weight is used as it is: cat would copy it.
+    const torch::Tensor wt = (weights.size() == 1 ? weights[0] : torch::cat(weights, 0)).t();  // (in, sum out)
+    const torch::Tensor y = biases.empty() ? torch::matmul(x, wt)
+                                           : torch::addmm(biases.size() == 1 ? biases[0] : torch::cat(biases, 0), x,
+                                                          wt);         // (M, sum out)
+    std::vector<torch::Tensor> parts = y.split_with_sizes(sizes, -1);  // (M, out_i) each
+    torch::Tensor a, xa;                                               // (sum r, in), (M, sum r)
+    if (a_in.has_value()) {
+      a = *a_in;
+      xa = torch::mm(x, a.t());
+      int64_t col = 0;
+      size_t j = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (ranks[i] == 0) continue;
+        parts[i].addmm_(xa.narrow(1, col, ranks[i]), bs[j++].t());  // (M, out_i) += (M, r_i) (r_i, out_i)
+        col += ranks[i];
+      }
+    }
+    variable_list saved = {x, a, xa};
     saved.insert(saved.end(), weights.begin(), weights.end());
+    saved.insert(saved.end(), bs.begin(), bs.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
-    return y.split_with_sizes(sizes, -1);
+    ctx->saved_data["ranks"] = ranks;
+    return parts;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor& x = saved[0];  // (M, in)
-    const size_t k = saved.size() - 1;
-    const bool with_bias = ctx->saved_data["biases"].toInt() > 0;
-    variable_list out(1 + k + (with_bias ? k : 0));
+    const torch::Tensor &x = saved[0], &a = saved[1], &xa = saved[2];  // (M, in), (sum r, in), (M, sum r)
+    const std::vector<int64_t> ranks = ctx->saved_data["ranks"].toIntVector();
+    const size_t k = ranks.size(), nb = saved.size() - 3 - k;
+    const size_t n_bias = ctx->saved_data["biases"].toInt() > 0 ? k : 0;
+    // Positions among the inputs: x, the weights, the biases, a, the B factors, then ranks. Without
+    // adapters a is no variable, but nothing after it is either, so no index shifts.
+    const size_t at_a = 1 + k + n_bias, at_b = at_a + 1;
+    variable_list out(at_b + nb + 1);
     torch::Tensor dx;  // (M, in)
     // A frozen weight (LoRA's base) gets no gradient: skipping its GEMM is a third of the backward.
     const bool want_dx = ctx->needs_input_grad(0);
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) continue;
+    const bool want_dxa = nb > 0 && (want_dx || ctx->needs_input_grad(at_a));
+    std::vector<torch::Tensor> dxas;  // (M, r_i) per adapted block
+    int64_t col = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < k; ++i) {
+      const torch::Tensor& w = saved[3 + i];  // (out_i, in)
+      const bool adapted = ranks[i] > 0;
+      if (!grads[i].defined()) {
+        if (adapted && want_dxa) dxas.push_back(torch::zeros({xa.size(0), ranks[i]}, xa.options()));
+        if (adapted) col += ranks[i], ++j;
+        continue;
+      }
       const torch::Tensor g = grads[i].contiguous();  // (M, out_i)
-      const torch::Tensor& w = saved[i + 1];          // (out_i, in)
       if (want_dx && !dx.defined()) {
         dx = torch::matmul(g, w);
       } else if (want_dx) {
         dx.addmm_(g, w);
       }
-      if (ctx->needs_input_grad(i + 1)) out[i + 1] = torch::matmul(g.t(), x);        // (out_i, in)
-      if (with_bias && ctx->needs_input_grad(1 + k + i)) out[1 + k + i] = g.sum(0);  // (out_i)
+      if (ctx->needs_input_grad(1 + i)) out[1 + i] = torch::matmul(g.t(), x);         // (out_i, in)
+      if (n_bias > 0 && ctx->needs_input_grad(1 + k + i)) out[1 + k + i] = g.sum(0);  // (out_i)
+      if (!adapted) continue;
+      const torch::Tensor& b = saved[3 + k + j];      // (out_i, r_i)
+      if (want_dxa) dxas.push_back(torch::mm(g, b));  // (M, r_i)
+      if (ctx->needs_input_grad(at_b + j)) out[at_b + j] = torch::mm(g.t(), xa.narrow(1, col, ranks[i]));
+      col += ranks[i];
+      ++j;
+    }
+    if (want_dxa) {
+      const torch::Tensor dxa = dxas.size() == 1 ? dxas[0] : torch::cat(dxas, 1);  // (M, sum r)
+      if (want_dx && dx.defined()) {
+        dx.addmm_(dxa, a);
+      } else if (want_dx) {
+        dx = torch::mm(dxa, a);
+      }
+      if (ctx->needs_input_grad(at_a)) out[at_a] = torch::mm(dxa.t(), x);  // (sum r, in)
     }
     out[0] = dx;
     return out;
@@ -105,6 +162,47 @@ void check_factors(const torch::Tensor& a, const torch::Tensor& b, int64_t in, i
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == in && b.size(0) == out && a.size(0) == b.size(1), what,
               ": LoRA factors A ", a.sizes(), " and B ", b.sizes(), " do not fit a layer of ", in, " -> ", out);
 }
+
+// x2 (M, in) through FusedLinear: the k weights' blocks (M, out_i), each with its adapter (loras[i],
+// undefined for none) added, its A and B as the layer's tp style gives them, inside the node where
+// the factors share the output's dtype (a run's, attach_lora), else out of place after it.
+std::vector<torch::Tensor> fused_linear(const torch::Tensor& x2, const std::vector<torch::Tensor>& weights,
+                                        const std::vector<torch::Tensor>& biases,
+                                        const std::vector<LoraFactors>& loras) {
+  std::vector<torch::Tensor> as, bs;
+  std::vector<int64_t> ranks;
+  bool in_place = true;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const LoraFactors& f = loras[i];
+    ranks.push_back(f.defined() ? f.a.size(0) : 0);
+    if (!f.defined()) continue;
+    as.push_back(f.a * f.scale);
+    bs.push_back(f.b);
+    in_place = in_place && f.a.scalar_type() == x2.scalar_type() && f.b.scalar_type() == weights[i].scalar_type() &&
+               x2.scalar_type() == weights[i].scalar_type();
+  }
+  // As TensorLists, so that autograd sees every weight, bias and factor as an input (a std::vector would not be).
+  if (as.empty() || in_place)
+    return FusedLinear::apply(
+        x2, at::TensorList(weights), at::TensorList(biases),
+        as.empty() ? std::nullopt : std::optional<torch::Tensor>(as.size() == 1 ? as[0] : torch::cat(as, 0)),
+        at::TensorList(bs), ranks);
+  const torch::Tensor xa = torch::matmul(x2.to(as[0].scalar_type()), torch::cat(as, 0).t());  // (M, sum r), scaled
+  std::vector<torch::Tensor> parts =
+      FusedLinear::apply(x2, at::TensorList(weights), at::TensorList(biases), std::nullopt, at::TensorList(),
+                         std::vector<int64_t>(weights.size(), 0));
+  int64_t col = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (ranks[i] == 0) continue;
+    const torch::Tensor xai = xa.narrow(1, col, ranks[i]);  // (M, r), scaled
+    col += ranks[i];
+    parts[i] = parts[i] + torch::matmul(xai, loras[i].b.t()).to(parts[i].scalar_type());
+  }
+  return parts;
+}
+
+// Sampling (no autograd) runs its own path: no backward to share, the decode kernel for few rows.
+bool sampling_now() { return t_sampling && !at::GradMode::is_enabled(); }
 
 }  // namespace
 
@@ -176,12 +274,26 @@ void ColumnParallelLinearImpl::attach_lora(const torch::Tensor& a, const torch::
   lora_ = {register_parameter("lora_A", a), register_parameter("lora_B", b), scale};
 }
 
+namespace {
+
+// x (..., in) @ W^T (+ b) with the adapter f added, as FusedLinear with one block (its adapter in place).
+torch::Tensor linear_with_lora(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                               const LoraFactors& f) {
+  const torch::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, in)
+  const torch::Tensor y = fused_linear(x2, {w}, b.defined() ? std::vector{b} : std::vector<torch::Tensor>{}, {f})[0];
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(y.size(-1));
+  return y.view(shape);  // (..., out)
+}
+
+}  // namespace
+
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor xt = copy_to_tp(x, tp_);
-  torch::Tensor y = torch::linear(xt, weight, bias);  // (..., out_local)
-  if (lora_.defined() && t_lora_active)
-    y = add_lora(y, xt, {copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale}, &decode_packed_);
-  return y;
+  if (!lora_.defined() || !t_lora_active) return torch::linear(xt, weight, bias);  // (..., out_local)
+  const LoraFactors f{copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale};
+  if (!sampling_now()) return linear_with_lora(xt, weight, bias, f);
+  return add_lora(torch::linear(xt, weight, bias), xt, f, &decode_packed_);
 }
 
 std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
@@ -204,7 +316,7 @@ std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
     }
     return parts;
   };
-  if (t_sampling && !at::GradMode::is_enabled()) {
+  if (sampling_now()) {
     // Sampling has no backward to share, and concatenating the weights would copy them on every
     // call: at a decode step's few rows that copy costs more than the GEMMs (the Qwen2-0.5B
     // shape's gate/up: 5.6 ms fused vs 1.6 ms apart at 16 rows, bf16, 2 threads; level from 256
@@ -217,28 +329,12 @@ std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
     }
     return unflatten(std::move(parts));
   }
-  // As TensorLists, so that autograd sees every weight and bias as an input (a std::vector would not be).
-  std::vector<torch::Tensor> parts = FusedLinear::apply(x2, at::TensorList(weights), at::TensorList(biases));
-  // The adapters' A factors of all the layers as one GEMM too: x A_cat^T is (M, sum r).
-  std::vector<torch::Tensor> as;
-  std::vector<int64_t> ranks;
+  std::vector<LoraFactors> loras;
   for (const auto* l : layers)
-    if (l->lora().defined() && t_lora_active)
-      as.push_back(copy_to_tp(l->lora().a, l->tp()) * l->lora().scale), ranks.push_back(l->lora().a.size(0));
-  if (!as.empty()) {
-    const torch::Tensor xa = torch::matmul(x2.to(as[0].scalar_type()), torch::cat(as, 0).t());  // (M, sum r)
-    const std::vector<torch::Tensor> xas = xa.split_with_sizes(ranks, -1);                      // (M, r) each
-    size_t j = 0;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (!layers[i]->lora().defined()) continue;
-      const torch::Tensor& b = layers[i]->lora().b;  // (out_i, r)
-      const torch::Tensor& xai = xas[j++];           // (M, r), scaled
-      parts[i] = b.scalar_type() == parts[i].scalar_type()
-                     ? torch::addmm(parts[i], xai, b.t())
-                     : parts[i] + torch::matmul(xai, b.t()).to(parts[i].scalar_type());
-    }
-  }
-  return unflatten(std::move(parts));
+    loras.push_back(l->lora().defined() && t_lora_active
+                        ? LoraFactors{copy_to_tp(l->lora().a, l->tp()), l->lora().b, l->lora().scale}
+                        : LoraFactors{});
+  return unflatten(fused_linear(x2, weights, biases, loras));
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, const ParallelContext& ctx,
@@ -258,10 +354,15 @@ void RowParallelLinearImpl::attach_lora(const torch::Tensor& a, const torch::Ten
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor partial = torch::linear(x, weight);  // (..., out): this rank's share of the sum over tp
   // B (A_r x_r) summed over tp is B A x: the adapter's share joins the layer's one reduction.
-  if (lora_.defined() && t_lora_active)
-    partial = add_lora(partial, x, {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale}, &decode_packed_);
+  torch::Tensor partial;  // (..., out): this rank's share of the sum over tp
+  if (!lora_.defined() || !t_lora_active) {
+    partial = torch::linear(x, weight);
+  } else if (!sampling_now()) {
+    partial = linear_with_lora(x, weight, torch::Tensor(), {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale});
+  } else {
+    partial = add_lora(torch::linear(x, weight), x, {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale}, &decode_packed_);
+  }
   torch::Tensor y = reduce_from_tp(partial, tp_);  // (..., out)
   return bias.defined() ? y + bias : y;
 }

@@ -133,6 +133,15 @@ TEST_CASE("pack_for_decode: w^T in tiles of 32 columns, the last padded with zer
     CHECK(torch::equal(p[t].narrow(1, 0, cols), w.narrow(0, t * kLoraDecodeTile, cols).t()));
     if (cols < kLoraDecodeTile) CHECK(p[t].narrow(1, cols, kLoraDecodeTile - cols).eq(0).all().item<bool>());
   }
+  // Into a buffer of that shape holding other values (a rebuild): the same, its padding zeroed again.
+  const torch::Tensor again = torch::full_like(p, 7.0);
+  pack_for_decode_into(again, w);
+  CHECK(torch::equal(again, p));
+  const torch::Tensor whole = torch::randn({64, 5});  // whole tiles only
+  const torch::Tensor into = torch::full({2, 5, kLoraDecodeTile}, 7.0);
+  pack_for_decode_into(into, whole);
+  CHECK(torch::equal(into, pack_for_decode(whole)));
+  CHECK(torch::equal(into[1], whole.narrow(0, kLoraDecodeTile, kLoraDecodeTile).t()));
 }
 
 TEST_CASE("PackedFactor: the packed factor, rebuilt when it changes or a sampling scope begins", "[lora_decode]") {
@@ -148,7 +157,8 @@ TEST_CASE("PackedFactor: the packed factor, rebuilt when it changes or a samplin
   }
   CHECK(torch::equal(cache.of(b), pack_for_decode(b)));
   CHECK(cache.builds() == 2);
-  b.data().mul_(2.0);  // .data() does not share the version counter: caught at the next scope
+  CHECK(cache.of(b).data_ptr() == first);  // rebuilt in its own storage: nothing allocated
+  b.data().mul_(2.0);                      // .data() does not share the version counter: caught at the next scope
   CHECK(cache.builds() == 2);
   { SamplingGuard sampling; }
   CHECK(torch::equal(cache.of(b), pack_for_decode(b)));

@@ -88,8 +88,8 @@ TEST_CASE("fused column-parallel projections equal separate linears: outputs and
 }
 
 TEST_CASE(
-    "adapters inside the fused projections and the row layer: outputs and every gradient equal plain autograd "
-    "(float64 1e-12); a frozen base's weights get none",
+    "adapters inside the fused projections, a column layer and the row layer: outputs and every gradient equal "
+    "plain autograd (float64 1e-12); a frozen base's weights get none",
     "[tp][lora]") {
   at::Generator gen = at::detail::createCPUGenerator(9);
   for (const bool frozen : {false, true})
@@ -117,7 +117,8 @@ TEST_CASE(
       row->attach_lora(ar, br, 2.5);
       const torch::Tensor x0 = torch::randn({2, 4, 6}, gen, torch::kFloat64);  // (B, T, in)
       const torch::Tensor gy = torch::randn({2, 4, 7}, gen, torch::kFloat64),
-                          gz = torch::randn({2, 4, 4}, gen, torch::kFloat64);
+                          gz = torch::randn({2, 4, 4}, gen, torch::kFloat64),
+                          gw = torch::randn({2, 4, 7}, gen, torch::kFloat64);
       const auto plain = [](const torch::Tensor& x, const auto& l) {  // W x + b + s B A x, autograd's ops
         torch::Tensor y = torch::linear(x, l->weight, l->bias);
         if (l->lora().defined())
@@ -129,16 +130,19 @@ TEST_CASE(
         for (auto* m : all) m->zero_grad();
         const torch::Tensor x = x0.clone().requires_grad_(true);
         std::vector<torch::Tensor> y;
-        torch::Tensor z;
+        torch::Tensor z, w;  // the row layer's output, and the first column layer's on its own
         if (fused) {
           y = parallel::fused_column_parallel(x, {cols[0].get(), cols[1].get(), cols[2].get()});
           z = row(y[2]);
+          w = cols[0](x);
         } else {
           for (auto& l : cols) y.push_back(plain(x, l));
           z = plain(y[2], row);
+          w = plain(x, cols[0]);
         }
-        ((y[0] * gy).sum() + (z * gz).sum()).backward();
-        std::vector<torch::Tensor> out = {y[0].detach(), y[1].detach(), y[2].detach(), z.detach(), x.grad()};
+        ((y[0] * gy).sum() + (z * gz).sum() + (w * gw).sum()).backward();
+        std::vector<torch::Tensor> out = {y[0].detach(), y[1].detach(), y[2].detach(),
+                                          z.detach(),    w.detach(),    x.grad()};
         for (auto* m : all)
           for (auto& p : m->parameters()) out.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
         return out;

@@ -18,6 +18,9 @@
 #      each step has one mini-batch).
 #      MOMENTS (default float32): optim.moments values to run per dtype and rank, e.g. "float32 8bit"
 #      for AdamW's float32 moments and its blockwise 8-bit ones side by side.
+#      DATA (default tests/fixtures/gsm8k_tiny.jsonl): the prompts. MPIRUN_ARGS: more mpirun
+#      arguments, e.g. "-x LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" for another allocator.
+#      Each line also gives the peak RSS after every step (peak_rss_gib_by_step), as it grows.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${TANDEM_PYTHON:=$PWD/.venv/bin/python}"  # the project's virtual environment (scripts/setup.sh)
@@ -44,8 +47,9 @@ for moments in ${only:-${MOMENTS:-float32}}; do
   [ "$moments" = float32 ] || name=${name}_$moments
   log=$out/$name.log
   start=$(date +%s)
-  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
-    --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path=tests/fixtures/gsm8k_tiny.jsonl \
+  # shellcheck disable=SC2086  # MPIRUN_ARGS is split into its words on purpose
+  mpirun --allow-run-as-root --oversubscribe --bind-to none ${MPIRUN_ARGS:-} -np "$np" "$tandem" train --config configs/qwen2_0p5b.yaml \
+    --set tracks.ar.model.hf_dir="$model" --set tracks.ar.data.path="${DATA:-tests/fixtures/gsm8k_tiny.jsonl}" \
     --set run.device="$device" --set parallel.backend="$backend" --set run.out_dir="$out" --set run.name="$name" \
     --set run.dtype="$dtype" --set run.steps="$steps" --set optim.warmup_steps=0 \
     --set tracks.ar.rollout.prompts_per_step=4 --set tracks.ar.rollout.group_size=4 \
@@ -79,6 +83,7 @@ print(json.dumps({
     "step_s": round(mean("time/step_s"), 1), "update_s": round(mean("time/update_s"), 2),
     "generate_s": round(mean("ar/time/generate_s"), 1), "train_s": round(mean("ar/time/train_s"), 1),
     "peak_rss_gib_per_rank": [float(x) for x in rss.group(1).split()] if rss else None,
+    "peak_rss_gib_by_step": [round(r["mem/peak_rss_gib"], 2) for r in rows if "mem/peak_rss_gib" in r],
     "peak_gpu_gib_per_rank": [float(x) for x in gpu.group(1).split()] if gpu else None,
     "optimizer_state_mb": round(os.path.getsize(opt[-1]) / 1e6, 1) if opt else None,
     "wall_s": wall,
