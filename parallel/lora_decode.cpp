@@ -168,9 +168,10 @@ void begin_sampling_scope() { g_sampling_scope.fetch_add(1, std::memory_order_re
 
 const torch::Tensor& PackedFactor::of(const torch::Tensor& w) {
   const uint64_t scope = g_sampling_scope.load(std::memory_order_relaxed);
-  if (!packed_.defined() || w.data_ptr() != data_ || w._version() != version_ || scope != scope_ ||
-      packed_.scalar_type() != w.scalar_type() || !packs(packed_, w.size(0), w.size(1))) {
-    if (packed_.defined() && packed_.scalar_type() == w.scalar_type() && packs(packed_, w.size(0), w.size(1)))
+  const bool fits =
+      packed_.defined() && packed_.scalar_type() == w.scalar_type() && packs(packed_, w.size(0), w.size(1));
+  if (!fits || w.data_ptr() != data_ || w._version() != version_ || scope != scope_) {
+    if (fits)
       pack_for_decode_into(packed_, w);
     else
       packed_ = pack_for_decode(w);

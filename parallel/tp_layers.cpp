@@ -218,7 +218,7 @@ torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactor
     return y + lora_delta(x, f.a, f.b, f.scale, y.scalar_type());
   const torch::Tensor x2 = x.reshape({-1, x.size(-1)});  // (M, in)
   const torch::Tensor y2 = y.view({-1, y.size(-1)});     // (M, out)
-  const bool sampling = t_sampling && !at::GradMode::is_enabled();
+  const bool sampling = sampling_now();
   if (sampling && t_decode_kernel && packed != nullptr && y2.device().is_cpu() && y2.size(0) <= kLoraDecodeMaxRows) {
     const torch::Tensor& pa = packed->a.of(f.a);  // (tiles of r, in, tile)
     const torch::Tensor& pb = packed->b.of(f.b);  // (tiles of out, r, tile)
@@ -358,10 +358,10 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor partial;  // (..., out): this rank's share of the sum over tp
   if (!lora_.defined() || !t_lora_active) {
     partial = torch::linear(x, weight);
-  } else if (!sampling_now()) {
-    partial = linear_with_lora(x, weight, torch::Tensor(), {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale});
   } else {
-    partial = add_lora(torch::linear(x, weight), x, {lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale}, &decode_packed_);
+    const LoraFactors f{lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale};
+    partial = sampling_now() ? add_lora(torch::linear(x, weight), x, f, &decode_packed_)
+                             : linear_with_lora(x, weight, torch::Tensor(), f);
   }
   torch::Tensor y = reduce_from_tp(partial, tp_);  // (..., out)
   return bias.defined() ? y + bias : y;
