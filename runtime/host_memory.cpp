@@ -2,6 +2,8 @@
 // CPU allocator), so calling this before the first tensor is enough.
 #include "runtime/host_memory.h"
 
+#include "runtime/host_pool.h"
+
 #include <fstream>
 
 #include <cstdlib>
@@ -29,9 +31,20 @@ HostMemoryPolicy choose_host_memory_policy(const std::function<std::optional<std
   return {true, "freed host memory kept for reuse (mmap and trim off; TANDEM_KEEP_HOST_MEMORY=0 to disable)"};
 }
 
+void bound_kernel_caches() {
+  // oneDNN and ideep keep a compiled kernel per GEMM shape, 1,024 of each by default; as a step's
+  // shapes change with its prompts the caches filled at ~26 MB a step on the Qwen2-0.5B shape. 256
+  // holds one step's shapes (the decode shapes, reused every step, stay recent). setenv before
+  // their first use, which reads it; a value the user set wins.
+  const std::string capacity = std::to_string(kKernelCacheCapacity);
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity.c_str(), /*overwrite=*/0);
+  setenv("LRU_CACHE_CAPACITY", capacity.c_str(), /*overwrite=*/0);
+}
+
 const HostMemoryPolicy& keep_freed_host_memory() {
   if (g_ran) return g_applied;
   g_ran = true;
+  bound_kernel_caches();
   g_applied = choose_host_memory_policy([](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     return v ? std::optional<std::string>(v) : std::nullopt;
@@ -46,6 +59,12 @@ const HostMemoryPolicy& keep_freed_host_memory() {
 #else
   if (g_applied.keep_freed) g_applied = {false, "the C library's malloc defaults (not glibc)"};
 #endif
+  const char* pool_env = std::getenv("TANDEM_HOST_POOL");
+  if (g_applied.keep_freed && !(pool_env != nullptr && std::string(pool_env) == "0") && install_host_pool() != nullptr)
+    g_applied.why = "host tensors from " + std::to_string(kMinPooledBytes >> 10) +
+                    " KiB from a pool that reuses freed pages and maps at most their peak, smaller ones from a heap "
+                    "that keeps freed memory (TANDEM_HOST_POOL=0: the heap for all; "
+                    "TANDEM_KEEP_HOST_MEMORY=0: glibc's defaults)";
   return g_applied;
 }
 
@@ -61,7 +80,8 @@ std::string return_freed_host_memory(const std::string& why) {
   if (mallopt(M_MMAP_MAX, 65536) == 1 && mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1 &&
       mallopt(M_TRIM_THRESHOLD, 128 << 20) == 1 && mallopt(M_TOP_PAD, 128 * 1024) == 1) {
     malloc_trim(0);
-    g_applied = {false, "glibc malloc defaults: freed host memory goes back to the system (" + why +
+    g_applied = {false, std::string(installed_host_pool() != nullptr ? "large tensors from the pool; " : "") +
+                            "glibc malloc defaults: freed host memory goes back to the system (" + why +
                             "; TANDEM_KEEP_HOST_MEMORY=1 keeps it)"};
   }
 #endif

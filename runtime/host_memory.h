@@ -5,7 +5,8 @@
 // bench workload that was 1 min 37 s of system time in a 2.5 min run and made the step 1.47x
 // slower. With mmap off and trimming off, freed blocks stay in the heap and are reused: the
 // process keeps its peak, which is what a training loop allocates again every step (the same
-// policy as PyTorch's CUDA caching allocator).
+// policy as PyTorch's CUDA caching allocator). A heap that keeps also fragments as tensor sizes
+// change step to step, so the large tensors now come from host_pool.h, which does not.
 #pragma once
 
 #include <functional>
@@ -21,12 +22,20 @@ struct HostMemoryPolicy {
 
 // What to do given the environment (`getenv` looks a variable up; nullopt when unset):
 // TANDEM_KEEP_HOST_MEMORY=0 opts out, any MALLOC_*_ variable or a malloc setting in
-// GLIBC_TUNABLES is the user's own choice and is left alone; otherwise keep freed memory.
+// GLIBC_TUNABLES is the user's own choice and is left alone; otherwise keep freed memory. Keeping
+// it also puts the large tensors in the host pool (host_pool.h), unless TANDEM_HOST_POOL=0.
 HostMemoryPolicy choose_host_memory_policy(const std::function<std::optional<std::string>(const char*)>& getenv);
 
-// Call first in main(): applies choose_host_memory_policy() to this process's malloc (glibc
-// only; elsewhere it changes nothing and says so). Returns what it did.
+// Call first in main(): bounds the GEMM kernel caches (bound_kernel_caches) and applies
+// choose_host_memory_policy() to this process's malloc (glibc only; elsewhere it changes nothing
+// and says so) and its CPU tensors (host_pool.h). Returns what it did.
 const HostMemoryPolicy& keep_freed_host_memory();
+
+// Caps oneDNN's and ideep's caches of compiled GEMM kernels (ONEDNN_PRIMITIVE_CACHE_CAPACITY and
+// LRU_CACHE_CAPACITY) at kKernelCacheCapacity each, unless the environment set them: with a new
+// shape per step and per micro-batch, the default 1,024 entries grew the heap by 26 MB a step.
+constexpr int kKernelCacheCapacity = 256;
+void bound_kernel_caches();
 
 // Hands large freed blocks back to the system from now on (mmap from 64 MiB, trim above 128 MiB),
 // for a run that chose memory over speed (`train.recompute: layers`): with the heap keeping every

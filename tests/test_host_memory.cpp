@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -112,3 +113,22 @@ TEST_CASE("a run that chose recompute hands freed memory back, unless the enviro
   REQUIRE(mallopt(M_TRIM_THRESHOLD, -1) == 1);
 }
 #endif
+
+TEST_CASE("the GEMM kernel caches are capped unless the environment set them", "[host_memory]") {
+  // tests/main.cpp ran keep_freed_host_memory(), which caps them before the first GEMM.
+  for (const char* name : {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"}) {
+    const char* v = std::getenv(name);
+    REQUIRE(v != nullptr);
+    INFO(name << "=" << v);
+    CHECK(std::atoi(v) > 0);
+  }
+  const std::string before_onednn = std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY");
+  const std::string before_lru = std::getenv("LRU_CACHE_CAPACITY");
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "7", 1);
+  unsetenv("LRU_CACHE_CAPACITY");
+  bound_kernel_caches();
+  CHECK(std::string(std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")) == "7");  // the user's value wins
+  CHECK(std::string(std::getenv("LRU_CACHE_CAPACITY")) == std::to_string(kKernelCacheCapacity));
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", before_onednn.c_str(), 1);
+  setenv("LRU_CACHE_CAPACITY", before_lru.c_str(), 1);
+}

@@ -40,6 +40,7 @@
 #include "runtime/cpu_threads.h"
 #include "runtime/device_stats.h"
 #include "runtime/host_memory.h"
+#include "runtime/host_pool.h"
 
 namespace fs = std::filesystem;
 
@@ -117,10 +118,14 @@ struct Trainer::Impl {
     comms.world->barrier();
   }
 
-  // This rank's peak host RSS and peak device memory (0 on the CPU) so far, in GiB: (2) float64.
+  // This rank's peak host RSS, peak device memory (0 on the CPU) and the host pool's peak mapped
+  // bytes (0 without it) so far, in GiB: (3) float64.
   torch::Tensor peak_memory_gib() const {
-    return torch::tensor({static_cast<double>(peak_rss_bytes()), static_cast<double>(device_peak_bytes(device))},
-                         torch::kFloat64) /
+    const HostPool* pool = installed_host_pool();
+    const double pooled = pool != nullptr ? static_cast<double>(pool->stats().peak_mapped_bytes) : 0.0;
+    return torch::tensor(
+               {static_cast<double>(peak_rss_bytes()), static_cast<double>(device_peak_bytes(device)), pooled},
+               torch::kFloat64) /
            static_cast<double>(1 << 30);
   }
 
@@ -391,10 +396,11 @@ struct Trainer::Impl {
     }
     m["lr"] = lr;
     m["grad_norm"] = grad_norm;
-    torch::Tensor rss = peak_memory_gib();  // (2)
+    torch::Tensor rss = peak_memory_gib();  // (3)
     comms.world->all_reduce(rss, parallel::ReduceOp::kMax);
     m["mem/peak_rss_gib"] = rss[0].item<double>();                        // the largest rank's high-water mark so far
     if (device.is_cuda()) m["mem/peak_gpu_gib"] = rss[1].item<double>();  // the caching allocator's
+    if (installed_host_pool() != nullptr) m["mem/host_pool_peak_gib"] = rss[2].item<double>();  // the large tensors
     m["steps/skipped_updates"] = skipped;
     m["time/update_s"] = update_s;  // gradient reduction, clipping, the optimizer step and the master copy-back
     m["time/step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -551,8 +557,8 @@ struct Trainer::Impl {
         return kExitPreempted;
       }
     }
-    torch::Tensor rss = peak_memory_gib();                             // (2)
-    rss = comms.world->all_gather(rss).reshape({-1, 2}).contiguous();  // (world, 2)
+    torch::Tensor rss = peak_memory_gib();                             // (3)
+    rss = comms.world->all_gather(rss).reshape({-1, 3}).contiguous();  // (world, 3)
     std::string per_rank, gpu_per_rank;
     for (int64_t r = 0; r < rss.size(0); ++r) {
       per_rank += fmt::format("{}{:.2f}", r ? " " : "", rss[r][0].item<double>());
@@ -560,6 +566,14 @@ struct Trainer::Impl {
     }
     spdlog::info("done: {} steps; metrics in {}/metrics.jsonl; peak RSS per rank (GiB): {}{}", config.run.steps,
                  run_dir, per_rank, device.is_cuda() ? "; peak GPU memory per rank (GiB): " + gpu_per_rank : "");
+    if (const HostPool* pool = installed_host_pool()) {
+      const HostPoolStats s = pool->stats();
+      spdlog::info(
+          "host pool (rank {}): peak {:.2f} GiB mapped for {:.2f} GiB live; {:.2f} GiB mapped new, {:.2f} GiB "
+          "of freed pages moved in {} calls ({} failed), {} boundaries",
+          comms.world->rank(), s.peak_mapped_bytes / 1073741824.0, s.peak_live_bytes / 1073741824.0,
+          s.fresh_bytes / 1073741824.0, s.moved_bytes / 1073741824.0, s.moves, s.failed_moves, s.pieces);
+    }
     return 0;
   }
 };
