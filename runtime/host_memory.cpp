@@ -37,7 +37,9 @@ void bound_kernel_caches() {
   // holds one step's shapes (the decode shapes, reused every step, stay recent). setenv before
   // their first use, which reads it; a value the user set wins.
   const std::string capacity = std::to_string(kKernelCacheCapacity);
-  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity.c_str(), /*overwrite=*/0);
+  // oneDNN reads ONEDNN_ before DNNL_, so a user's DNNL_ value would lose to ours.
+  if (std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY") == nullptr)
+    setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity.c_str(), /*overwrite=*/0);
   setenv("LRU_CACHE_CAPACITY", capacity.c_str(), /*overwrite=*/0);
 }
 

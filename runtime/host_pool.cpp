@@ -5,8 +5,10 @@
 #include "runtime/host_pool.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <c10/core/CPUAllocator.h>
@@ -14,6 +16,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace tandem {
@@ -21,6 +24,25 @@ namespace tandem {
 namespace {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+#if defined(__linux__)
+// After a failed mremap into [dst, dst + len): the kernel may have unmapped the destination before
+// it failed. Map a hole there again, but never over what another thread may have mapped into it
+// since (MAP_FIXED_NOREPLACE); a range neither fully ours nor a hole cannot be recovered.
+void restore_destination(uintptr_t dst, size_t len) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((len + page - 1) / page);
+  if (mincore(reinterpret_cast<void*>(dst), len, resident.data()) == 0) return;  // still mapped: ours
+  void* again = mmap(reinterpret_cast<void*>(dst), len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (again == reinterpret_cast<void*>(dst)) return;
+  std::fprintf(stderr,
+               "host memory: a failed mremap left %zu bytes of a pool block unmapped and they cannot be mapped "
+               "again (%s); run with TANDEM_HOST_POOL=0\n",
+               len, again == MAP_FAILED ? std::strerror(errno) : "placed elsewhere");
+  std::abort();
+}
+#endif
 
 }  // namespace
 
@@ -81,14 +103,9 @@ void HostPool::move_pages(uintptr_t from, size_t len, uintptr_t to) {
         mremap(reinterpret_cast<void*>(src), piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(dst));
     ++stats_.moves;
     if (got == MAP_FAILED) {
-      // The pages are free, their contents nobody's: give them back. mremap may have unmapped the
-      // destination before it failed, so map it new again.
-      munmap(reinterpret_cast<void*>(src), piece);
-      if (mmap(reinterpret_cast<void*>(dst), piece, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED) {
-        std::fprintf(stderr, "host memory: could not map %zu bytes at a pool block's address\n", piece);
-        std::abort();
-      }
+      // The pages are free, their contents nobody's: give them back, and keep the destination new.
+      if (munmap(reinterpret_cast<void*>(src), piece) == 0) stats_.released_bytes += static_cast<int64_t>(piece);
+      restore_destination(dst, piece);
       ++stats_.failed_moves;
       stats_.fresh_bytes += static_cast<int64_t>(piece);
     } else {

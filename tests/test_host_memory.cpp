@@ -129,6 +129,11 @@ TEST_CASE("the GEMM kernel caches are capped unless the environment set them", "
   bound_kernel_caches();
   CHECK(std::string(std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")) == "7");  // the user's value wins
   CHECK(std::string(std::getenv("LRU_CACHE_CAPACITY")) == std::to_string(kKernelCacheCapacity));
+  unsetenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY");  // oneDNN's older name set by the user: not overridden
+  setenv("DNNL_PRIMITIVE_CACHE_CAPACITY", "5", 1);
+  bound_kernel_caches();
+  CHECK(std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == nullptr);
+  unsetenv("DNNL_PRIMITIVE_CACHE_CAPACITY");
   setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", before_onednn.c_str(), 1);
   setenv("LRU_CACHE_CAPACITY", before_lru.c_str(), 1);
 }

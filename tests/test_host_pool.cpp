@@ -134,8 +134,8 @@ TEST_CASE("a block built from freed blocks is their resident pages, moved piece 
   CHECK(keep[bytes - 1] == 3);
 
   // big is two kernel mappings (pages moved from two places); moving it again into a larger
-  // request takes one mremap per piece: a single call over both fails (EFAULT), which the pool
-  // would count as a failed move and replace with new pages.
+  // request takes one mremap per mapping: kernels before 6.17 refuse a call over both (EFAULT),
+  // newer ones accept it, so the test counts the calls (a boundary left unrecorded makes them 2).
   REQUIRE(pool.deallocate(big));
   REQUIRE(pool.deallocate(keep));
   const int64_t moves = s.moves;
@@ -143,7 +143,7 @@ TEST_CASE("a block built from freed blocks is their resident pages, moved piece 
   CHECK(resident_pages(all, 3 * bytes) == 3 * bytes / page);
   s = pool.stats();
   CHECK(s.failed_moves == 0);
-  CHECK(s.moves - moves >= 3);  // big's two pieces and keep
+  CHECK(s.moves - moves == 3);  // big's two pieces and keep: a lost boundary makes it 2
   CHECK(s.moved_bytes == static_cast<int64_t>(5 * bytes));
   CHECK(s.fresh_bytes == static_cast<int64_t>(3 * bytes));
   CHECK(pool.deallocate(all));
@@ -162,6 +162,7 @@ TEST_CASE("a block built from freed blocks is their resident pages, moved piece 
   REQUIRE(heap.deallocate(d));
   const long before_heap = minor_faults();
   char* big2 = static_cast<char*>(heap.allocate(3 * bytes));
+  madvise(big2, 3 * bytes, MADV_NOHUGEPAGE);  // 4 KiB faults also where transparent huge pages are always on
   std::memset(big2, 4, 3 * bytes);
   CHECK(minor_faults() - before_heap >= static_cast<long>(3 * bytes / page));
   CHECK(heap.deallocate(big2));
