@@ -28,7 +28,9 @@ HostMemoryPolicy choose_host_memory_policy(const std::function<std::optional<std
     if (getenv(name)) return {false, std::string("malloc as the environment sets it (") + name + ")"};
   if (const auto v = getenv("GLIBC_TUNABLES"); v && v->find("glibc.malloc.") != std::string::npos)
     return {false, "malloc as the environment sets it (GLIBC_TUNABLES)"};
-  return {true, "freed host memory kept for reuse (mmap and trim off; TANDEM_KEEP_HOST_MEMORY=0 to disable)"};
+  const auto pool = getenv("TANDEM_HOST_POOL");
+  return {true, "freed host memory kept for reuse (mmap and trim off; TANDEM_KEEP_HOST_MEMORY=0 to disable)",
+          !(pool && *pool == "0")};
 }
 
 void bound_kernel_caches() {
@@ -61,8 +63,7 @@ const HostMemoryPolicy& keep_freed_host_memory() {
 #else
   if (g_applied.keep_freed) g_applied = {false, "the C library's malloc defaults (not glibc)"};
 #endif
-  const char* pool_env = std::getenv("TANDEM_HOST_POOL");
-  if (g_applied.keep_freed && !(pool_env != nullptr && std::string(pool_env) == "0") && install_host_pool() != nullptr)
+  if (g_applied.keep_freed && g_applied.pool && install_host_pool() != nullptr)
     g_applied.why = "host tensors from " + std::to_string(kMinPooledBytes >> 10) +
                     " KiB from a pool that reuses freed pages and maps at most their peak, smaller ones from a heap "
                     "that keeps freed memory (TANDEM_HOST_POOL=0: the heap for all; "

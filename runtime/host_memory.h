@@ -18,6 +18,7 @@ namespace tandem {
 struct HostMemoryPolicy {
   bool keep_freed = false;  // mmap off and trim off
   std::string why;          // for the log: who chose, and how to change it
+  bool pool = false;        // large tensors from the host pool (host_pool.h); only with keep_freed
 };
 
 // What to do given the environment (`getenv` looks a variable up; nullopt when unset):

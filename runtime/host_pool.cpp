@@ -75,23 +75,27 @@ void HostPool::remove_free(uintptr_t addr, size_t len) {
   free_by_size_.erase({len, addr});
 }
 
+void HostPool::take_front(uintptr_t addr, size_t len, size_t take) {
+  remove_free(addr, len);
+  // The remainder needs no coalescing: its left neighbour is what was taken, its right one was not free.
+  if (len > take) {
+    free_by_addr_[addr + take] = len - take;
+    free_by_size_.insert({len - take, addr + take});
+  }
+}
+
 uintptr_t HostPool::take_best_fit(size_t n) {
   const auto it = free_by_size_.lower_bound({n, 0});
   if (it == free_by_size_.end()) return 0;
   const auto [len, addr] = *it;
-  remove_free(addr, len);
-  // The remainder is already coalesced with nothing (its left neighbour is the block handed out).
-  if (len > n) {
-    free_by_addr_[addr + n] = len - n;
-    free_by_size_.insert({len - n, addr + n});
-  }
+  take_front(addr, len, n);
   return addr;
 }
 
 void HostPool::move_pages(uintptr_t from, size_t len, uintptr_t to) {
 #if defined(__linux__)
-  // One mremap per piece between recorded boundaries: a range that spans two kernel mappings
-  // cannot move in one call (EFAULT).
+  // One mremap per piece between recorded boundaries: before Linux 6.17 a range that spans two
+  // kernel mappings cannot move in one call (EFAULT).
   std::vector<uintptr_t> bounds{from};
   for (auto it = cuts_.upper_bound(from); it != cuts_.end() && *it < from + len; ++it) bounds.push_back(*it);
   bounds.push_back(from + len);
@@ -141,12 +145,8 @@ uintptr_t HostPool::build(size_t n) {
   while (stitch_ && filled < n && !free_by_size_.empty()) {
     const auto [len, addr] = *free_by_size_.rbegin();
     const size_t take = std::min(len, n - filled);
-    remove_free(addr, len);
+    take_front(addr, len, take);
     stats_.free_bytes -= static_cast<int64_t>(take);
-    if (len > take) {
-      free_by_addr_[addr + take] = len - take;
-      free_by_size_.insert({len - take, addr + take});
-    }
     move_pages(addr, take, dst + filled);
     filled += take;
   }
@@ -211,9 +211,8 @@ size_t HostPool::release_free() {
 // A boundary matters only where it touches a range the pool still maps (live or free).
 void HostPool::forget_dead_cuts() {
   const auto touches = [](const std::map<uintptr_t, size_t>& ranges, uintptr_t c) {
-    auto it = ranges.upper_bound(c);  // first range starting after c
-    if (it != ranges.begin() && std::prev(it)->first + std::prev(it)->second >= c) return true;
-    return false;
+    const auto it = ranges.upper_bound(c);  // first range starting after c
+    return it != ranges.begin() && std::prev(it)->first + std::prev(it)->second >= c;
   };
   for (auto it = cuts_.begin(); it != cuts_.end();) {
     if (touches(live_, *it) || touches(free_by_addr_, *it))

@@ -56,6 +56,7 @@ class HostPool {
   void move_pages(uintptr_t from, size_t len, uintptr_t to);
   void add_free(uintptr_t addr, size_t len);  // coalesces with its neighbours
   void remove_free(uintptr_t addr, size_t len);
+  void take_front(uintptr_t addr, size_t len, size_t take);  // of a free range; the rest stays free
   size_t release_free_locked();
   void forget_dead_cuts();
 

@@ -51,6 +51,10 @@ long faults_of_second_round(size_t bytes) {
 
 TEST_CASE("the environment decides whether freed host memory is kept", "[host_memory]") {
   CHECK(choose({}).keep_freed);
+  CHECK(choose({}).pool);
+  const HostMemoryPolicy no_pool = choose({{"TANDEM_HOST_POOL", "0"}});
+  CHECK(no_pool.keep_freed);
+  CHECK_FALSE(no_pool.pool);
   CHECK(choose({{"TANDEM_KEEP_HOST_MEMORY", "1"}}).keep_freed);
   const HostMemoryPolicy off = choose({{"TANDEM_KEEP_HOST_MEMORY", "0"}});
   CHECK_FALSE(off.keep_freed);

@@ -171,7 +171,7 @@ TEST_CASE("a block built from freed blocks is their resident pages, moved piece 
 TEST_CASE("the process's CPU allocator takes tensors from kMinPooledBytes from the installed pool", "[host_pool]") {
   HostPool* pool = installed_host_pool();
   if (pool == nullptr) {
-    WARN("no host pool in this process (TANDEM_KEEP_HOST_MEMORY=0 or a malloc setting in the environment)");
+    WARN("no host pool in this process (TANDEM_HOST_POOL=0, TANDEM_KEEP_HOST_MEMORY=0 or a malloc setting)");
     return;
   }
   const int64_t live = pool->stats().live_bytes;
