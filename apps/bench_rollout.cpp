@@ -92,22 +92,26 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     bool share;
     bool lora;           // adapters on (a model without adapters has only lora = false variants)
     bool kernel = true;  // with adapters: the host decode kernel (parallel/lora_decode.h) or ATen's GEMMs
+    bool packed = true;  // the sampler's packed bf16 weights where the host packs (parallel/packed_weights.h)
     std::vector<double> seconds;
     Timed last;
     std::string name() const {
-      return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : "") + (lora && !kernel ? "_aten" : "");
+      return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : "") + (lora && !kernel ? "_aten" : "") +
+             (packed ? "" : "_unpacked");
     }
   };
   std::vector<Variant> variants;
   for (const bool share : {false, true}) {
     if ((a.share_prompt == "auto" && !share) || (a.share_prompt == "off" && share)) continue;
     variants.push_back({share, false});
+    if (a.compare_packed) variants.push_back({share, false, true, false});
     if (a.lora_rank > 0) variants.push_back({share, true, false}), variants.push_back({share, true});
   }
   const auto run_variant = [&](const Variant& v) {
     p.share_prompts = v.share;
     parallel::LoraModeGuard adapters(v.lora);  // off: the base model's exact forward
     parallel::LoraDecodeKernelGuard kernel(v.kernel);
+    parallel::PackedSamplingGuard packed(v.packed);
     return timed_generate(model, reqs, p);
   };
   for (int64_t r = 0; r < a.repeats; ++r) {
@@ -144,9 +148,9 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     out[key] = median(ratios);
     out[key + "_per_repeat"] = ratios;
   };
-  const auto find = [&](bool share, bool lora, bool kernel = true) -> const Variant* {
+  const auto find = [&](bool share, bool lora, bool kernel = true, bool packed = true) -> const Variant* {
     for (const Variant& v : variants)
-      if (v.share == share && v.lora == lora && v.kernel == kernel) return &v;
+      if (v.share == share && v.lora == lora && v.kernel == kernel && v.packed == packed) return &v;
     return nullptr;
   };
   if (find(false, false) && find(true, false)) {
@@ -157,6 +161,11 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     for (size_t i = 0; i < reqs.size(); ++i) same += off.gens[i].tokens == on.gens[i].tokens;
     out["same_responses"] = same;  // of "sequences": sharing must not change what is sampled
   }
+  out["packs"] = parallel::packed_sampling_supported();  // false: the _unpacked variants run the same path
+  for (const bool share : {false, true})
+    if (find(share, false, true, false))
+      ratio(*find(share, false, true, false), *find(share, false),
+            std::string(share ? "shared" : "unshared") + "_packed_speedup");
   for (const bool share : {false, true})
     if (find(share, true)) {
       const std::string name = share ? "shared" : "unshared";
@@ -177,6 +186,8 @@ void check_args(const BenchRolloutArgs& a) {
   positive("--max-live", a.max_live);
   positive("--repeats", a.repeats);
   if (a.lora_rank > 0 && a.lengths_path.empty()) throw UserError("--lora-rank needs --lengths (the workload it times)");
+  if (a.compare_packed && a.lengths_path.empty())
+    throw UserError("--compare-packed needs --lengths (the workload it times)");
   if (!(a.tail_sigma >= 0)) throw UserError("--tail-sigma must be >= 0");
   if (a.dtype != "float32" && a.dtype != "float64" && a.dtype != "bfloat16")
     throw UserError("--dtype must be float32, float64 or bfloat16");

@@ -255,6 +255,9 @@ int main(int argc, char** argv) {
                    "with --lengths: rank-R all-linear adapters (alpha 2R, B drawn non-zero), each variant timed with "
                    "them off, on, and on through ATen's GEMMs instead of the host decode kernel, alternating (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  bench_rollout->add_flag("--compare-packed", roll.compare_packed,
+                          "with --lengths: each variant without adapters also timed with the sampler's packed bf16 "
+                          "weights off (ATen's linear), alternating (parallel/packed_weights.h)");
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
 

@@ -131,7 +131,7 @@ bool lora_decode_applies(const torch::Tensor& y, const torch::Tensor& x, const t
   if (!y.device().is_cpu() || (dt != at::kBFloat16 && dt != at::kFloat)) return false;
   for (const torch::Tensor* t : {&x, &packed_a, &packed_b})
     if (!t->device().is_cpu() || t->scalar_type() != dt || !t->is_contiguous()) return false;
-  if (y.dim() != 2 || x.dim() != 2 || packed_b.dim() != 3 || !y.is_contiguous()) return false;
+  if (y.dim() != 2 || x.dim() != 2 || packed_b.dim() != 3 || y.stride(1) != 1 || y.stride(0) < y.size(1)) return false;
   const int64_t r = packed_b.size(1);
   return y.size(0) <= kLoraDecodeMaxRows && x.size(0) == y.size(0) && packs(packed_a, r, x.size(1)) &&
          packs(packed_b, y.size(1), r);
@@ -151,8 +151,8 @@ void add_lora_decode(const torch::Tensor& y, const torch::Tensor& x, const torch
     if (isa == LoraDecodeIsa::kAvx2) f = avx2::run_float;
     if (isa == LoraDecodeIsa::kAvx512) f = avx512::run_float;
 #endif
-    f(y.data_ptr<float>(), x.data_ptr<float>(), packed_a.data_ptr<float>(), packed_b.data_ptr<float>(), m, in, r, out,
-      s);
+    f(y.data_ptr<float>(), y.stride(0), x.data_ptr<float>(), packed_a.data_ptr<float>(), packed_b.data_ptr<float>(), m,
+      in, r, out, s);
     return;
   }
   auto f = baseline::run_bf16;
@@ -161,7 +161,7 @@ void add_lora_decode(const torch::Tensor& y, const torch::Tensor& x, const torch
   if (isa == LoraDecodeIsa::kAvx512) f = avx512::run_bf16;
 #endif
   const auto bits = [](const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
-  f(bits(y), bits(x), bits(packed_a), bits(packed_b), m, in, r, out, s);
+  f(bits(y), y.stride(0), bits(x), bits(packed_a), bits(packed_b), m, in, r, out, s);
 }
 
 void begin_sampling_scope() { g_sampling_scope.fetch_add(1, std::memory_order_relaxed); }

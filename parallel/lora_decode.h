@@ -29,9 +29,10 @@ torch::Tensor pack_for_decode(const torch::Tensor& w);
 // The same into packed, already of that shape and w's dtype (a rebuild allocates nothing).
 void pack_for_decode_into(const torch::Tensor& packed, const torch::Tensor& w);
 
-// Whether add_lora_decode takes these operands: host tensors, all bf16 or all float32, x and y
-// contiguous (M, in) and (M, out) with M <= kLoraDecodeMaxRows, packed_a and packed_b from
-// pack_for_decode of an (r, in) A and an (out, r) B.
+// Whether add_lora_decode takes these operands: host tensors, all bf16 or all float32, x
+// contiguous (M, in), y (M, out) with contiguous rows at any row stride (a block of a fused
+// projection's output), M <= kLoraDecodeMaxRows, packed_a and packed_b from pack_for_decode of an
+// (r, in) A and an (out, r) B.
 bool lora_decode_applies(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& packed_a,
                          const torch::Tensor& packed_b);
 

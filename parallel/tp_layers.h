@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "parallel/lora_decode.h"
+#include "parallel/packed_weights.h"
 #include "parallel/parallel_context.h"
 
 namespace tandem::parallel {
@@ -48,6 +49,7 @@ class ScopedThreadFlag {
  protected:
   ScopedThreadFlag(bool& flag, bool value) : flag_(flag), previous_(flag) { flag_ = value; }
   ~ScopedThreadFlag() { flag_ = previous_; }
+  bool previous() const { return previous_; }
 
  private:
   bool& flag_;
@@ -55,13 +57,24 @@ class ScopedThreadFlag {
 };
 
 // The samplers' scope on this thread (models' generate functions): without autograd the layers
-// then take their decode paths (one GEMM per fused projection, adapters added in place), whose
-// rounding may differ from the training forward's. Every other forward, a no-grad scoring one
-// included, runs the training forward's ops, so recomputed old log-probs equal it bitwise.
+// then take their decode paths (each fused projection one GEMM through its packed copy where the
+// host packs, packed_weights.h, else one GEMM per layer; adapters added in place), whose rounding
+// may differ from the training forward's. Every other forward, a no-grad scoring one included,
+// runs the training forward's ops, so recomputed old log-probs equal it bitwise. The outermost
+// guard on a thread holds the packed copies (released when no thread samples).
 class SamplingGuard : ScopedThreadFlag {
  public:
   SamplingGuard();
+  ~SamplingGuard();
+
+ private:
+  bool outermost_;
 };
+
+// x W^T (+ b) for x (..., in): when sampling, through `packed` (the caller's copy of w) where the
+// host packs, else torch::linear. The lm head's sampling path.
+torch::Tensor sampling_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                              PackedWeight& packed);
 
 // Whether adapters apply on this thread: on by default; LoraOffGuard turns them off for its scope
 // (the KL reference and the base-only phases run the same modules without them). Thread-local, so
@@ -111,18 +124,24 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   void attach_lora(const torch::Tensor& a, const torch::Tensor& b, double scale);
   const LoraFactors& lora() const { return lora_; }
   PackedLora& decode_packed() const { return decode_packed_; }  // the sampler's (lora_decode.h)
+  // The sampler's packed copies (packed_weights.h): of this weight, and of a fused group's weights
+  // when this layer leads it (fused_column_parallel).
+  PackedWeight& packed_weight() const { return packed_weight_; }
+  PackedWeight& group_packed() const { return group_packed_; }
 
  private:
   Communicator* tp_;
   LoraFactors lora_;
   mutable PackedLora decode_packed_;
+  mutable PackedWeight packed_weight_, group_packed_;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
 // Several column-parallel projections of one input (same tp group; all with a bias or none) as
 // one GEMM over their concatenated local weights, split back: (..., in) -> each (..., out_local).
 // One larger GEMM runs faster than several small ones and reads x once in the backward. When
-// sampling (SamplingGuard) each layer runs its own GEMM instead: no weight copy per call. The
+// sampling (SamplingGuard) the group is one GEMM through the first layer's packed copy of all
+// their weights where the host packs, else each layer runs its own GEMM (no weight copy per call). The
 // layers' adapters make one GEMM x [s A_1; ...]^T, and each B product is added into its block in
 // place, inside the node (a LoRA training step of the Qwen2-0.5B shape, `bench train`: no page
 // faults where the out-of-place adds made 85,838).
@@ -151,6 +170,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
   Communicator* tp_;
   LoraFactors lora_;
   mutable PackedLora decode_packed_;
+  mutable PackedWeight packed_weight_;
 };
 TORCH_MODULE(RowParallelLinear);
 

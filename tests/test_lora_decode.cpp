@@ -118,10 +118,33 @@ TEST_CASE("lora_decode_applies: what the kernel refuses", "[lora_decode]") {
   CHECK_FALSE(lora_decode_applies(o.y, o.x.to(torch::kFloat32), pa, pb));  // mixed dtypes
   const Operands big = make({kLoraDecodeMaxRows + 1, 64, 8, 96}, torch::kBFloat16, 2);
   CHECK_FALSE(lora_decode_applies(big.y, big.x, pack_for_decode(big.a), pack_for_decode(big.b)));
-  CHECK_FALSE(lora_decode_applies(o.y.slice(1, 0, 48), o.x, pa, pack_for_decode(o.b.slice(0, 0, 48))));  // strided y
+  // A column block of a wider output (rows contiguous, row stride 96) is taken; columns apart are not.
+  CHECK(lora_decode_applies(o.y.slice(1, 0, 48), o.x, pa, pack_for_decode(o.b.slice(0, 0, 48))));
+  CHECK_FALSE(lora_decode_applies(o.y.slice(1, 0, 96, 2), o.x, pa, pack_for_decode(o.b.slice(0, 0, 48))));
+  CHECK_FALSE(lora_decode_applies(o.y.t(), o.x, pa, pb));
   CHECK_FALSE(lora_decode_applies(o.y, o.x, pa, pack_for_decode(o.b.slice(0, 0, 48))));  // another B's out
   CHECK_THROWS_WITH(add_lora_decode(o.y, o.x, pa, o.b.t().contiguous(), 1.0),
                     Catch::Contains("operands it does not take"));
+}
+
+TEST_CASE("a column block of a wider output gets the adapter in place, its neighbours untouched", "[lora_decode]") {
+  // A fused projection's packed GEMM gives its blocks as column views: (13, 100) at columns
+  // [40, 140) of a (13, 200) output; 13 rows leave a tail in every instruction set's row block,
+  // 100 columns one in the last tile.
+  const Operands o = make({13, 64, 8, 100}, torch::kBFloat16, 4);
+  torch::Generator gen = at::detail::createCPUGenerator(9);
+  for (LoraDecodeIsa isa : host_isas()) {
+    CAPTURE(static_cast<int>(isa));
+    const torch::Tensor wide = torch::randn({13, 200}, gen).to(torch::kBFloat16);
+    const torch::Tensor block = wide.narrow(1, 40, 100);
+    block.copy_(o.y);
+    const torch::Tensor before = wide.clone();
+    add_lora_decode(block, o.x, pack_for_decode(o.a), pack_for_decode(o.b), 2.0, isa);
+    CHECK(torch::equal(block, run_kernel(o, 2.0, isa)));  // as on a contiguous y
+    CHECK(torch::equal(wide.narrow(1, 0, 40), before.narrow(1, 0, 40)));
+    CHECK(torch::equal(wide.narrow(1, 140, 60), before.narrow(1, 140, 60)));
+    CHECK_FALSE(torch::equal(block, before.narrow(1, 40, 100)));  // control: the block did change
+  }
 }
 
 TEST_CASE("pack_for_decode: w^T in tiles of 32 columns, the last padded with zeros", "[lora_decode]") {

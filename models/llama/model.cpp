@@ -218,7 +218,8 @@ TokenLogProbs LlamaForCausalLMImpl::head_log_probs(const torch::Tensor& hidden, 
 
 torch::Tensor LlamaForCausalLMImpl::head_logits(const torch::Tensor& hidden) {
   const torch::Tensor w = lm_head_weight();
-  const torch::Tensor local = torch::linear(parallel::copy_to_tp(hidden, ctx_.tp), w);  // (N, V_local)
+  const torch::Tensor local = parallel::sampling_linear(parallel::copy_to_tp(hidden, ctx_.tp), w, torch::Tensor(),
+                                                        head_packed_);  // (N, V_local)
   return parallel::gather_last_dim_from_tp(local.to(parallel::logits_dtype(w.scalar_type())), ctx_.tp, vocab_begin());
 }
 

@@ -106,6 +106,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
   LlamaConfig config_;
   parallel::ParallelContext ctx_;
+  parallel::PackedWeight head_packed_;  // the sampler's copy of the head (parallel/packed_weights.h)
 };
 TORCH_MODULE(LlamaForCausalLM);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "models/llama/sampler.h"
+#include "parallel/packed_weights.h"
 
 namespace tandem::models {
 
@@ -87,6 +88,9 @@ class TurnSampler {
   std::vector<TurnResult> ended_;
   GenerationStats stats_;
   int64_t slots_;
+  // Each step() is its own sampling scope; this keeps the layers' packed weights from one to the
+  // next (parallel/packed_weights.h) for the sampler's life, an episode batch's rollout.
+  parallel::PackedScope packed_scope_;
 };
 
 }  // namespace tandem::models
