@@ -248,30 +248,14 @@ SamplingGuard::~SamplingGuard() {
   if (outermost_) leave_packed_scope();
 }
 
-namespace {
-
-// x (..., in) through a packed copy of w: (..., out), or undefined where the copy does not apply.
-torch::Tensor linear_packed(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                            PackedWeight& packed) {
-  if (!sampling_now() || x.scalar_type() != w.scalar_type() || !x.device().is_cpu()) return {};
-  const torch::Tensor p = packed.of({w});
-  if (!p.defined()) return {};
+torch::Tensor sampling_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                              PackedWeight& packed) {
+  const torch::Tensor p =
+      sampling_now() && x.scalar_type() == w.scalar_type() && x.device().is_cpu() ? packed.of({w}) : torch::Tensor();
+  if (!p.defined()) return torch::linear(x, w, b);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(w.size(0));
   return packed_linear(x.reshape({-1, x.size(-1)}), p, b).view(shape);  // (..., out)
-}
-
-torch::Tensor linear_sampling(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                              PackedWeight& packed) {
-  const torch::Tensor y = linear_packed(x, w, b, packed);
-  return y.defined() ? y : torch::linear(x, w, b);
-}
-
-}  // namespace
-
-torch::Tensor sampling_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                              PackedWeight& packed) {
-  return linear_sampling(x, w, b, packed);
 }
 LoraOffGuard::LoraOffGuard() : ScopedThreadFlag(t_lora_active, false) {}
 LoraModeGuard::LoraModeGuard(bool active) : ScopedThreadFlag(t_lora_active, active) {}
@@ -324,10 +308,10 @@ torch::Tensor linear_with_lora(const torch::Tensor& x, const torch::Tensor& w, c
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor xt = copy_to_tp(x, tp_);
-  if (!lora_.defined() || !t_lora_active) return linear_sampling(xt, weight, bias, packed_weight_);  // (..., out_local)
+  if (!lora_.defined() || !t_lora_active) return sampling_linear(xt, weight, bias, packed_weight_);  // (..., out_local)
   const LoraFactors f{copy_to_tp(lora_.a, tp_), lora_.b, lora_.scale};
   if (!sampling_now()) return linear_with_lora(xt, weight, bias, f);
-  return add_lora(linear_sampling(xt, weight, bias, packed_weight_), xt, f, &decode_packed_);
+  return add_lora(sampling_linear(xt, weight, bias, packed_weight_), xt, f, &decode_packed_);
 }
 
 std::vector<torch::Tensor> fused_column_parallel(const torch::Tensor& x,
@@ -407,11 +391,11 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   // B (A_r x_r) summed over tp is B A x: the adapter's share joins the layer's one reduction.
   torch::Tensor partial;  // (..., out): this rank's share of the sum over tp
   if (!lora_.defined() || !t_lora_active) {
-    partial = linear_sampling(x, weight, torch::Tensor(), packed_weight_);
+    partial = sampling_linear(x, weight, torch::Tensor(), packed_weight_);
   } else {
     const LoraFactors f{lora_.a, copy_to_tp(lora_.b, tp_), lora_.scale};
     partial = sampling_now()
-                  ? add_lora(linear_sampling(x, weight, torch::Tensor(), packed_weight_), x, f, &decode_packed_)
+                  ? add_lora(sampling_linear(x, weight, torch::Tensor(), packed_weight_), x, f, &decode_packed_)
                   : linear_with_lora(x, weight, torch::Tensor(), f);
   }
   torch::Tensor y = reduce_from_tp(partial, tp_);  // (..., out)
