@@ -202,6 +202,7 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   models::LlamaConfig c;
   c.vocab_size = a.vocab, c.hidden_size = a.hidden_size, c.num_layers = a.layers, c.num_heads = a.heads;
   c.num_kv_heads = a.kv_heads;
+  c.attention = *models::parse_attention_kernel(a.attention);  // CLI11 checked the name
   c.intermediate_size = a.intermediate_size > 0 ? a.intermediate_size : (a.hidden_size * 8 / 3 + 63) / 64 * 64;
   c.max_seq_len = a.prompt_len + a.max_new_tokens;
   std::vector<SequenceSpec> specs;
@@ -225,6 +226,7 @@ int run_bench_rollout(const BenchRolloutArgs& a) {
   }
   nlohmann::json out;
   out["threads"] = torch::get_num_threads();
+  out["attention"] = a.attention;
   out["blas"] = blas_description();
   out["host_memory"] = host_memory_description();
   out["gemm512_f32_gflops"] = gemm_gflops();

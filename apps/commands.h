@@ -45,9 +45,10 @@ struct BenchRolloutArgs {
   std::string lengths_path;              // non-empty: only the shared-prompt workload of this file
   std::string share_prompt = "compare";  // with lengths_path: off | auto | compare
   int64_t repeats = 3;
-  std::string profile_path;     // with lengths_path: a Chrome trace of one more run of the last variant
-  int64_t lora_rank = 0;        // with lengths_path: > 0 times every variant with adapters off and on
-  bool compare_packed = false;  // with lengths_path: also the adapter-free variants with packing off
+  std::string profile_path;        // with lengths_path: a Chrome trace of one more run of the last variant
+  int64_t lora_rank = 0;           // with lengths_path: > 0 times every variant with adapters off and on
+  bool compare_packed = false;     // with lengths_path: also the adapter-free variants with packing off
+  std::string attention = "auto";  // auto | fused | materialised
 };
 int run_bench_rollout(const BenchRolloutArgs& args);
 

@@ -258,6 +258,10 @@ int main(int argc, char** argv) {
   bench_rollout->add_flag("--compare-packed", roll.compare_packed,
                           "with --lengths: each variant without adapters also timed with the sampler's packed bf16 "
                           "weights off (ATen's linear), alternating (parallel/packed_weights.h)");
+  bench_rollout
+      ->add_option("--attention", roll.attention,
+                   "auto (fused but for float64), fused or materialised: the prefill's and decode steps' attention")
+      ->check(CLI::IsMember({"auto", "fused", "materialised"}));
   bench_rollout->add_option("--dtype", roll.dtype, "float32, float64 or bfloat16")
       ->check(CLI::IsMember({"float32", "float64", "bfloat16"}));
 

@@ -4,9 +4,11 @@
 // ratios (1 = one bucket per span, 0 = as few buckets as the score cap allows), on the
 // materialised plan and on the fused one (the flash kernels run float64 too, so the same 1e-12
 // holds); float32 and bfloat16 fused against the float64 reference at stated tolerances; plus
-// controls where a wrong query offset must change the result.
+// controls where a wrong query offset must change the result. And a decode step with shared
+// prefixes, materialised and fused, against one written out.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "models/llama/attention_core.h"
@@ -347,6 +349,72 @@ TEST_CASE("a sliding window's packed gradients equal the written-out rule's, pad
         CHECK(torch::isfinite(got[i]).all().item<bool>());
         CHECK(torch::allclose(got[i], want[i], 0, 1e-12 * std::max(1.0, want[i].abs().max().item<double>())));
       }
+    }
+  }
+}
+
+namespace {
+
+// One decode step written out: sequence i's query (H, D) against its group's prefix rows
+// [0, length) and its own valid rows, one softmax, K/V heads repeated as HF's repeat_kv.
+torch::Tensor reference_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
+                               const std::vector<PrefixGroup>& groups) {
+  const int64_t n = q.size(0), group = q.size(1) / k.size(1);
+  std::vector<torch::Tensor> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    const torch::Tensor own = key_valid[i].nonzero().squeeze(1);
+    torch::Tensor ks = k[i].index_select(1, own), vs = v[i].index_select(1, own);  // (H_kv, S_i, D)
+    for (const PrefixGroup& grp : groups)
+      if (std::find(grp.members.begin(), grp.members.end(), i) != grp.members.end()) {
+        ks = torch::cat({pk[grp.prefix].narrow(1, 0, grp.length), ks}, 1);
+        vs = torch::cat({pv[grp.prefix].narrow(1, 0, grp.length), vs}, 1);
+      }
+    ks = ks.repeat_interleave(group, 0), vs = vs.repeat_interleave(group, 0);  // (H, S, D)
+    const torch::Tensor scores =
+        torch::matmul(q[i].unsqueeze(1), ks.transpose(1, 2)) / std::sqrt(static_cast<double>(q.size(2)));
+    rows.push_back(torch::matmul(torch::softmax(scores, -1), vs).squeeze(1));  // (H, D)
+  }
+  return torch::stack(rows);  // (n, H, D)
+}
+
+}  // namespace
+
+TEST_CASE("decode attention: materialised and fused (float64, float32, bfloat16) equal the written-out step",
+          "[attention][fused]") {
+  torch::manual_seed(11);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t n = 6, heads = 4, kv_heads = 2, dim = 8, span = 5, prefix_slots = 4, prefix_cap = 7;
+  const torch::Tensor q = torch::randn({n, heads, dim}, f64);
+  const torch::Tensor k = torch::randn({n + 2, kv_heads, span + 3, dim}, f64).narrow(0, 0, n).narrow(2, 0, span);
+  const torch::Tensor v = torch::randn({n + 2, kv_heads, span + 3, dim}, f64).narrow(0, 0, n).narrow(2, 0, span);
+  const std::vector<int64_t> own_lengths{5, 1, 3, 2, 5, 4};  // each sequence's cached rows, the new one included
+  const torch::Tensor key_valid =
+      torch::arange(span).unsqueeze(0) < torch::tensor(own_lengths, torch::kInt64).unsqueeze(1);  // (n, S)
+  const torch::Tensor pk = torch::randn({prefix_slots, kv_heads, prefix_cap, dim}, f64);
+  const torch::Tensor pv = torch::randn({prefix_slots, kv_heads, prefix_cap, dim}, f64);
+  // Slots 2 and 0 (a gather), or 1 and 2 (a view); prefixes of different lengths; readers padded
+  // to the widest group; sequences 2 and 5 read no prefix.
+  const std::vector<std::vector<PrefixGroup>> layouts{
+      {{2, 6, {0, 3, 4}}, {0, 3, {1}}}, {{1, 7, {0, 1}}, {2, 2, {3, 4}}}, {}};
+  for (size_t c = 0; c < layouts.size(); ++c) {
+    const std::vector<PrefixGroup>& groups = layouts[c];
+    const PrefixIndex index = prefix_index(groups, n, torch::kCPU);
+    const torch::Tensor ref = reference_decode(q, k, v, key_valid, pk, pv, groups);
+    INFO("layout " << c);
+    CHECK((decode_attention(q, k, v, key_valid, pk, pv, index, false) - ref).abs().max().item<double>() < 1e-12);
+    CHECK((decode_attention(q, k, v, key_valid, pk, pv, index, true) - ref).abs().max().item<double>() < 1e-12);
+    for (const auto& [dtype, tol] : {std::pair{torch::kFloat32, 1e-5}, std::pair{torch::kBFloat16, 3e-2}}) {
+      const auto t = [&](const torch::Tensor& x) { return x.to(dtype); };
+      const torch::Tensor out = decode_attention(t(q), t(k), t(v), key_valid, t(pk), t(pv), index, true);
+      INFO("dtype " << c10::toString(dtype));
+      CHECK(out.scalar_type() == dtype);
+      CHECK((out.to(torch::kFloat64) - ref).abs().max().item<double>() < tol);
+    }
+    if (c == 0) {  // control: the shorter prefix's keys past its length must stay hidden
+      PrefixIndex unmasked = index;
+      unmasked.beyond = torch::zeros_like(index.beyond);
+      CHECK((decode_attention(q, k, v, key_valid, pk, pv, unmasked, true) - ref).abs().max().item<double>() > 1e-3);
     }
   }
 }

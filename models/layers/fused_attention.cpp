@@ -185,6 +185,17 @@ torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tens
   return PrefixedAttention::apply(q, kp, vp, ko, vo)[0];
 }
 
+std::pair<torch::Tensor, torch::Tensor> fused_attention_lse(const torch::Tensor& q, const torch::Tensor& k,
+                                                            const torch::Tensor& v, const torch::Tensor& allowed) {
+  check_shapes(q, k, v, "fused_attention_lse");
+  if (!q.device().is_cpu())
+    throw std::invalid_argument("fused_attention_lse: the CPU flash kernel, got tensors on " + q.device().str());
+  std::optional<torch::Tensor> mask;
+  if (allowed.defined()) mask = additive_mask(allowed, q);
+  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, false, mask);
+  return {out, lse};
+}
+
 torch::Tensor fused_varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& cu, int64_t max_len, int64_t window) {
   if (!q.is_cuda() || (q.scalar_type() != torch::kBFloat16 && q.scalar_type() != torch::kHalf))

@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "models/layers/attention_kernel.h"
 
 namespace tandem::models {
@@ -30,6 +32,14 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, co
 // be one prefix expanded over the batch (stride 0). Returns (B, H, L, D).
 torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tensor& kp, const torch::Tensor& vp,
                                        const torch::Tensor& ko, const torch::Tensor& vo);
+
+// CPU, no autograd (decoding): the flash kernel's output and its log-sum-exp, for a caller that
+// merges attention over several key sets by their log-sum-exps (a decode step's shared prompt and
+// its own rows). Shapes and `allowed` as fused_attention's, not causal; every query must see at
+// least one key. Returns out (B, H, L, D) in q's dtype and lse (B, H, L) in float32 (float64 for
+// float64). Throws std::invalid_argument on another device.
+std::pair<torch::Tensor, torch::Tensor> fused_attention_lse(const torch::Tensor& q, const torch::Tensor& k,
+                                                            const torch::Tensor& v, const torch::Tensor& allowed = {});
 
 // CUDA, bf16 / fp16: FlashAttention's variable-length kernel (at::_flash_attention_forward,
 // differentiable) on packed rows. q (N, H, D), k, v (N, H_kv, D), H_kv | H; cu (B+1) int32 on

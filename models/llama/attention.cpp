@@ -51,7 +51,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     store_decode(*kv, k, v, layout.cache_rows);
     const int64_t span = layout.cache_key_valid.size(1);
     out = decode_attention(q, kv->k.narrow(0, 0, n).narrow(2, 0, span), kv->v.narrow(0, 0, n).narrow(2, 0, span),
-                           layout.cache_key_valid, kv->pk, kv->pv, layout.prefixes);
+                           layout.cache_key_valid, kv->pk, kv->pv, layout.prefixes, layout.fused);
   } else if (layout.padded()) {
     const int64_t b = layout.batch, t = layout.width;
     out = padded_attention(q.view({b, t, local_heads_, d}), k.view({b, t, local_kv_heads_, d}),

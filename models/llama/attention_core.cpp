@@ -328,8 +328,67 @@ torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return batched_attention(q, k, v, ~allowed.view({b, 1, 1, t, t}));                       // (B, T, H, D)
 }
 
+namespace {
+
+// The groups' rows of a prefix store (P_slots, H_kv, P_cap, D): (g, H_kv, P, D), a view when the
+// slots are consecutive (the usual case), else a gather.
+torch::Tensor prefix_rows(const torch::Tensor& store, const PrefixIndex& groups) {
+  const torch::Tensor slots =
+      groups.first >= 0 ? store.narrow(0, groups.first, groups.groups) : store.index_select(0, groups.slots);
+  return slots.narrow(2, 0, groups.longest);
+}
+
+// (n, H_kv, G, X) per sequence -> (g, H_kv, m_max G, X) per group, padding readers zero rows.
+torch::Tensor to_groups(const torch::Tensor& x, const PrefixIndex& groups) {
+  const int64_t kv_heads = x.size(1), group = x.size(2), g = groups.groups, m_max = groups.widest;
+  const torch::Tensor padded = torch::cat({x, torch::zeros({1, kv_heads, group, x.size(3)}, x.options())});
+  return padded.index_select(0, groups.gather)
+      .view({g, m_max, kv_heads, group, x.size(3)})
+      .permute({0, 2, 1, 3, 4})
+      .reshape({g, kv_heads, m_max * group, x.size(3)});
+}
+
+// The inverse: (g, H_kv, m_max G, X) -> (n, H_kv, G, X); a sequence in no group gets `fill`.
+torch::Tensor to_sequences(const torch::Tensor& x, const PrefixIndex& groups, int64_t group, double fill) {
+  const int64_t kv_heads = x.size(1), g = groups.groups, m_max = groups.widest;
+  const torch::Tensor rows = x.view({g, kv_heads, m_max, group, x.size(3)})
+                                 .permute({0, 2, 1, 3, 4})
+                                 .reshape({g * m_max, kv_heads, group, x.size(3)});
+  const torch::Tensor none = torch::full({1, kv_heads, group, x.size(3)}, fill, x.options());
+  return torch::cat({rows, none}).index_select(0, groups.place);
+}
+
+// Decoding on the CPU flash kernel: the G query heads of a kv head are that head's G query rows,
+// so one kernel call covers all sequences' own rows and one all groups' prefixes (the prompt's
+// keys read once per group, as in the materialised form); the two parts merge by their
+// log-sum-exps. No score tensor is built and no K/V is copied.
+torch::Tensor fused_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
+                           const PrefixIndex& groups) {
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
+  const int64_t group = heads / kv_heads;
+  const torch::Tensor qg = q.view({n, kv_heads, group, dim});  // (n, H_kv, G, D)
+  auto [own, own_lse] =
+      fused_attention_lse(qg, k, v, key_valid.view({n, 1, 1, span}));  // (n, H_kv, G, D), (n, H_kv, G)
+  if (groups.groups == 0) return own.view({n, heads, dim});
+  const int64_t g = groups.groups, longest = groups.longest;
+  auto [pre, pre_lse] =  // (g, H_kv, m_max G, D), (g, H_kv, m_max G)
+      fused_attention_lse(to_groups(qg, groups), prefix_rows(pk, groups), prefix_rows(pv, groups),
+                          groups.beyond.logical_not().view({g, 1, 1, longest}));
+  const torch::Tensor l1 = own_lse.unsqueeze(-1);  // (n, H_kv, G, 1)
+  const torch::Tensor l2 = to_sequences(pre_lse.unsqueeze(-1), groups, group, -std::numeric_limits<double>::infinity());
+  const torch::Tensor lse = torch::logaddexp(l1, l2);
+  const torch::ScalarType ct = lse.scalar_type();
+  const torch::Tensor out =
+      own.to(ct) * (l1 - lse).exp_() + to_sequences(pre, groups, group, 0).to(ct) * (l2 - lse).exp_();
+  return out.to(q.scalar_type()).view({n, heads, dim});  // (n, H, D)
+}
+
+}  // namespace
+
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid) {
+                               const torch::Tensor& key_valid, bool fused) {
+  if (fused && q.device().is_cpu()) return fused_decode(q, k, v, key_valid, {}, {}, PrefixIndex{});
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
   const int64_t group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
@@ -387,33 +446,20 @@ PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, cons
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
-                               const PrefixIndex& groups) {
-  if (groups.groups == 0) return decode_attention(q, k, v, key_valid);
+                               const PrefixIndex& groups, bool fused) {
+  if (groups.groups == 0) return decode_attention(q, k, v, key_valid, fused);
+  if (fused && q.device().is_cpu() && !groups.outside.defined())
+    return fused_decode(q, k, v, key_valid, pk, pv, groups);
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k.size(1), span = k.size(2);
   const int64_t group = heads / kv_heads, g = groups.groups, m_max = groups.widest, longest = groups.longest;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   const double kInf = std::numeric_limits<double>::infinity();
   const torch::ScalarType ct = compute_dtype(q.scalar_type());
-  // The groups' prefix slots: a view when they are consecutive (the usual case), else a gather.
-  const bool consecutive = groups.first >= 0;
   const torch::Tensor keys_t =  // (g, H_kv, D, P)
-      (consecutive ? pk.narrow(0, groups.first, g) : pk.index_select(0, groups.slots)).narrow(3, 0, longest);
-  const torch::Tensor values =
-      (consecutive ? pv.narrow(0, groups.first, g) : pv.index_select(0, groups.slots)).narrow(2, 0, longest);
-  const auto by_group = [&](const torch::Tensor& x) {  // (n, H_kv, G, X) -> (g, H_kv, m_max G, X)
-    const torch::Tensor padded = torch::cat({x, torch::zeros({1, kv_heads, group, x.size(3)}, x.options())});
-    return padded.index_select(0, groups.gather)
-        .view({g, m_max, kv_heads, group, x.size(3)})
-        .permute({0, 2, 1, 3, 4})
-        .reshape({g, kv_heads, m_max * group, x.size(3)});
-  };
-  const auto by_seq = [&](const torch::Tensor& x, double fill) {  // (g, H_kv, m_max G, X) -> (n, H_kv, G, X)
-    const torch::Tensor rows = x.view({g, kv_heads, m_max, group, x.size(3)})
-                                   .permute({0, 2, 1, 3, 4})
-                                   .reshape({g * m_max, kv_heads, group, x.size(3)});
-    const torch::Tensor none = torch::full({1, kv_heads, group, x.size(3)}, fill, x.options());
-    return torch::cat({rows, none}).index_select(0, groups.place);
-  };
+      prefix_rows(pk, groups).transpose(2, 3);
+  const torch::Tensor values = prefix_rows(pv, groups);  // (g, H_kv, P, D)
+  const auto by_group = [&](const torch::Tensor& x) { return to_groups(x, groups); };
+  const auto by_seq = [&](const torch::Tensor& x, double fill) { return to_sequences(x, groups, group, fill); };
   const torch::Tensor qg = q.view({n, kv_heads, group, dim}).mul(scale);  // (n, H_kv, G, D), scaled once
   // Two softmax parts merged by their maxima and sums (the big score tensors never move):
   // the own rows per sequence, and the prefix rows per group, one (m_max G x D) x (D x P)

@@ -96,9 +96,10 @@ torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 // Decoding: one query per sequence against that sequence's cached keys. q (n, H, D); k, v
 // (n, H_kv, S, D) (strided views of a KvCache are fine); key_valid (n, S) bool marks each
-// sequence's cached positions. Returns (n, H, D).
+// sequence's cached positions. fused: on the CPU, the flash kernel (models/layers/fused_attention.h);
+// elsewhere, or not fused, the scores materialised. Returns (n, H, D).
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& key_valid);
+                               const torch::Tensor& key_valid, bool fused = false);
 
 // The sequences of a decode step that read one shared prefix (a GRPO group's prompt).
 struct PrefixGroup {
@@ -126,14 +127,14 @@ struct PrefixIndex {
 PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, const torch::Device& device,
                          int64_t window = 0, const std::vector<int64_t>& positions = {});
 
-// Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk
-// (P_slots, H_kv, D, P_cap) (keys transposed) and pv (P_slots, H_kv, P_cap, D), then to its own
-// rows of k / v as in decode_attention; one softmax over both (two parts merged by their maxima
-// and sums). The prefix scores of a group's m sequences are one (m G x D) x (D x P) product per
-// kv head, so a prompt's keys are read once per step for the whole group, not once per sample.
-// Sequences in no group attend to their own rows only.
+// Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk and pv
+// (P_slots, H_kv, P_cap, D), then to its own rows of k / v as in decode_attention; one softmax
+// over both (two parts merged by their maxima and sums, or fused by their log-sum-exps; a
+// sliding window that reaches into a prefix stays materialised). The prefix scores of a group's m sequences are one (m
+// G x D) x (D x P) product per kv head, so a prompt's keys are read once per step for the whole group, not once per
+// sample. Sequences in no group attend to their own rows only.
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
-                               const PrefixIndex& groups);
+                               const PrefixIndex& groups, bool fused = false);
 
 }  // namespace tandem::models

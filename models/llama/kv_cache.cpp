@@ -33,7 +33,7 @@ KvCache::KvCache(int64_t num_layers, int64_t slots, int64_t capacity, int64_t kv
     LayerKv kv{torch::zeros({slots, kv_heads, capacity, head_dim}, options),
                torch::zeros({slots, kv_heads, capacity, head_dim}, options)};
     if (prefix_slots > 0) {
-      kv.pk = torch::zeros({prefix_slots, kv_heads, head_dim, prefix_capacity}, options);  // keys transposed
+      kv.pk = torch::zeros({prefix_slots, kv_heads, prefix_capacity, head_dim}, options);
       kv.pv = torch::zeros({prefix_slots, kv_heads, prefix_capacity, head_dim}, options);
     }
     layers_.push_back(std::move(kv));
@@ -154,8 +154,8 @@ void store_prefill(LayerKv& kv, const torch::Tensor& k, const torch::Tensor& v,
   for (size_t i = 0; i < segments.size(); ++i) {
     const AttentionSegment& s = segments[i];
     const torch::Tensor ks = k.narrow(0, s.q_begin, s.length), vs = v.narrow(0, s.q_begin, s.length);  // (len, H_kv, D)
-    if (prefixes) {  // keys as (H_kv, D, len), values as (H_kv, len, D)
-      kv.pk[slots[i]].narrow(2, 0, s.length).copy_(ks.permute({1, 2, 0}));
+    if (prefixes) {  // (H_kv, len, D) in the prefix slot
+      kv.pk[slots[i]].narrow(1, 0, s.length).copy_(ks.transpose(0, 1));
       kv.pv[slots[i]].narrow(1, 0, s.length).copy_(vs.transpose(0, 1));
     } else {  // (H_kv, len, D) in the slot
       kv.k[slots[i]].narrow(1, 0, s.length).copy_(ks.transpose(0, 1));

@@ -18,9 +18,8 @@ namespace tandem::models {
 struct LayerKv {
   torch::Tensor k;  // (slots, H_kv_local, capacity, D), after RoPE
   torch::Tensor v;  // (slots, H_kv_local, capacity, D)
-  // Shared prompts (undefined without a prefix store). Keys transposed: a group's queries times
-  // them is a plain GEMM, measurably faster than against (P, D) rows.
-  torch::Tensor pk;  // (prefix_slots, H_kv_local, D, prefix_capacity)
+  // Shared prompts (undefined without a prefix store), laid out as the flash kernel reads them.
+  torch::Tensor pk;  // (prefix_slots, H_kv_local, prefix_capacity, D)
   torch::Tensor pv;  // (prefix_slots, H_kv_local, prefix_capacity, D)
 };
 
