@@ -418,3 +418,48 @@ TEST_CASE("decode attention: materialised and fused (float64, float32, bfloat16)
     }
   }
 }
+
+TEST_CASE("decode attention: fused over several kernel blocks (600 own keys, 256 query rows per group)",
+          "[attention][fused]") {
+  torch::manual_seed(12);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  // 64 query heads over one kv head: a group of 4 readers is 256 query rows for the prefix call.
+  const int64_t n = 5, heads = 64, kv_heads = 1, dim = 8, span = 600, prefix_cap = 700;
+  const torch::Tensor q = torch::randn({n, heads, dim}, f64);
+  const torch::Tensor k = torch::randn({n, kv_heads, span, dim}, f64), v = torch::randn({n, kv_heads, span, dim}, f64);
+  const torch::Tensor key_valid =
+      torch::arange(span).unsqueeze(0) < torch::tensor({600, 513, 1, 77, 600}, torch::kInt64).unsqueeze(1);  // (n, S)
+  const torch::Tensor pk = torch::randn({2, kv_heads, prefix_cap, dim}, f64);
+  const torch::Tensor pv = torch::randn({2, kv_heads, prefix_cap, dim}, f64);
+  const std::vector<PrefixGroup> groups{{1, 650, {0, 1, 2, 3}}};  // sequence 4 reads no prefix
+  const PrefixIndex index = prefix_index(groups, n, torch::kCPU);
+  const torch::Tensor ref = reference_decode(q, k, v, key_valid, pk, pv, groups);
+  CHECK((decode_attention(q, k, v, key_valid, pk, pv, index, true) - ref).abs().max().item<double>() < 1e-12);
+  const auto f32 = [](const torch::Tensor& x) { return x.to(torch::kFloat32); };
+  CHECK((decode_attention(f32(q), f32(k), f32(v), key_valid, f32(pk), f32(pv), index, true).to(torch::kFloat64) - ref)
+            .abs()
+            .max()
+            .item<double>() < 1e-5);
+  CHECK_THROWS_WITH(prefix_index({{0, 0, {0}}}, n, torch::kCPU), Catch::Contains("at least one row"));
+}
+
+TEST_CASE("decode attention: a sliding window that reaches a shared prompt stays materialised under fused",
+          "[attention][fused]") {
+  torch::manual_seed(13);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t n = 3, heads = 4, kv_heads = 2, dim = 8, span = 4, window = 6;
+  const torch::Tensor q = torch::randn({n, heads, dim}, f64);
+  const torch::Tensor k = torch::randn({n, kv_heads, span, dim}, f64), v = torch::randn({n, kv_heads, span, dim}, f64);
+  const torch::Tensor key_valid = torch::ones({n, span}, torch::kBool);
+  const torch::Tensor pk = torch::randn({1, kv_heads, 8, dim}, f64), pv = torch::randn({1, kv_heads, 8, dim}, f64);
+  const std::vector<PrefixGroup> groups{{0, 8, {0, 1, 2}}};
+  const std::vector<int64_t> positions{11, 11, 11};  // prefix keys 0..5 are out of the window
+  const PrefixIndex windowed = prefix_index(groups, n, torch::kCPU, window, positions);
+  REQUIRE(windowed.outside.defined());
+  const torch::Tensor materialised = decode_attention(q, k, v, key_valid, pk, pv, windowed, false);
+  CHECK(torch::equal(decode_attention(q, k, v, key_valid, pk, pv, windowed, true), materialised));
+  // Control: the window bites, so ignoring it (the index without the window) gives another result.
+  const PrefixIndex unwindowed = prefix_index(groups, n, torch::kCPU);
+  CHECK((decode_attention(q, k, v, key_valid, pk, pv, unwindowed, true) - materialised).abs().max().item<double>() >
+        1e-3);
+}

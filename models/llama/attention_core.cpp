@@ -370,7 +370,7 @@ torch::Tensor fused_decode(const torch::Tensor& q, const torch::Tensor& k, const
   const torch::Tensor qg = q.view({n, kv_heads, group, dim});  // (n, H_kv, G, D)
   auto [own, own_lse] =
       fused_attention_lse(qg, k, v, key_valid.view({n, 1, 1, span}));  // (n, H_kv, G, D), (n, H_kv, G)
-  if (groups.groups == 0) return own.view({n, heads, dim});
+  if (groups.groups == 0) return own.reshape({n, heads, dim});
   const int64_t g = groups.groups, longest = groups.longest;
   auto [pre, pre_lse] =  // (g, H_kv, m_max G, D), (g, H_kv, m_max G)
       fused_attention_lse(to_groups(qg, groups), prefix_rows(pk, groups), prefix_rows(pv, groups),
@@ -404,8 +404,13 @@ PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, cons
   PrefixIndex x;
   x.groups = static_cast<int64_t>(groups.size());
   if (x.groups == 0) return x;
-  for (const PrefixGroup& grp : groups)
+  for (const PrefixGroup& grp : groups) {
+    // A query that sees no key has no softmax: the flash kernel would return zeros with lse 0.
+    if (grp.length < 1 || grp.members.empty())
+      throw std::invalid_argument("prefix_index: prefix " + std::to_string(grp.prefix) +
+                                  " needs at least one row and one reader");
     x.widest = std::max<int64_t>(x.widest, grp.members.size()), x.longest = std::max(x.longest, grp.length);
+  }
   const int64_t g = x.groups, m_max = x.widest;
   std::vector<int64_t> gather(static_cast<size_t>(g * m_max), n), place(static_cast<size_t>(n), g * m_max);
   std::vector<int64_t> ids, lengths;
@@ -463,7 +468,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const torch::Tensor qg = q.view({n, kv_heads, group, dim}).mul(scale);  // (n, H_kv, G, D), scaled once
   // Two softmax parts merged by their maxima and sums (the big score tensors never move):
   // the own rows per sequence, and the prefix rows per group, one (m_max G x D) x (D x P)
-  // product per group and kv head (keys stored transposed, so it is a plain GEMM).
+  // product per group and kv head (the stored keys' transposed view as the GEMM's B).
   const torch::Tensor own = torch::matmul(qg, k.transpose(2, 3))  // (n, H_kv, G, S)
                                 .to(ct)
                                 .masked_fill(key_valid.logical_not().view({n, 1, 1, span}), -kInf);
