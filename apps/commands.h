@@ -78,7 +78,7 @@ struct BenchTrainArgs {
   int64_t steps = 5, warmup = 2, seed = 0;
   int64_t save_logits_mib = 0;       // > 0: keep a micro's logits for the backward up to this size
   std::string profile_path;          // non-empty: a Chrome trace of the last timed step
-  int64_t logits_chunk_tokens = 0;   // tokens per logits chunk; 0: the 64 MiB default
+  int64_t logits_chunk_tokens = 0;   // tokens per logits chunk; 0: the 128 MiB default
   bool fused_head = true;            // the loss fused into the lm head (no backward recompute)
   std::string share_prompt = "off";  // off | auto (prompts shared) | compare (both, steps alternating)
   std::string attention = "auto";    // auto | fused | materialised

@@ -319,7 +319,7 @@ int main(int argc, char** argv) {
       ->check(kMibOrZero);
   bench_train
       ->add_option("--logits-chunk-tokens", train_bench.logits_chunk_tokens,
-                   "tokens per chunk of the log-prob's logits (0: as many as fit in 64 MiB)")
+                   "tokens per chunk of the log-prob's logits (0: as many as fit in 128 MiB)")
       ->check(kSizeOrZero);
   bench_train->add_flag("--fused-head,!--no-fused-head", train_bench.fused_head,
                         "fuse the loss into the lm head (default) or recompute the logits in the backward");

@@ -154,6 +154,11 @@ TEST_CASE(
         CHECK(test::rel_to_max(got[i], ref[i]) < 1e-12);
       }
       CHECK_FALSE(b1.grad().defined());  // its block's gradient is undefined
+      {  // Control: the adapters are in what is compared (a group that dropped them would fail).
+        torch::NoGradGuard g;
+        const torch::Tensor bare = torch::linear(x0, cols[0]->weight, cols[0]->bias);  // (B, T, 7)
+        CHECK(test::rel_to_max(bare, ref[0]) > 1e-3);
+      }
       for (auto* m : all)
         for (auto& p : m->named_parameters())
           if (frozen && p.key() != "lora_A" && p.key() != "lora_B") CHECK_FALSE(p.value().grad().defined());

@@ -36,8 +36,9 @@ torch::Tensor fused_prefixed_attention(const torch::Tensor& q, const torch::Tens
 // CPU, no autograd (decoding): the flash kernel's output and its log-sum-exp, for a caller that
 // merges attention over several key sets by their log-sum-exps (a decode step's shared prompt and
 // its own rows). Shapes and `allowed` as fused_attention's, not causal; every query must see at
-// least one key (the kernel gives a query that sees none zeros and lse 0, not -inf). Returns out (B, H, L, D) in q's
-// dtype and lse (B, H, L) in float32 (float64 for float64). Throws std::invalid_argument on another device.
+// least one key (the kernel gives a query that sees none zeros and lse 0, not -inf). Returns out
+// (B, H, L, D) in q's dtype and lse (B, H, L) in float32 (float64 for float64). Throws
+// std::invalid_argument on another device.
 std::pair<torch::Tensor, torch::Tensor> fused_attention_lse(const torch::Tensor& q, const torch::Tensor& k,
                                                             const torch::Tensor& v, const torch::Tensor& allowed = {});
 

@@ -130,9 +130,10 @@ PrefixIndex prefix_index(const std::vector<PrefixGroup>& groups, int64_t n, cons
 // Decoding with shared prefixes: sequence i attends to its group's prefix rows of pk and pv
 // (P_slots, H_kv, P_cap, D), then to its own rows of k / v as in decode_attention; one softmax
 // over both (two parts merged by their maxima and sums, or fused by their log-sum-exps; a
-// sliding window that reaches into a prefix stays materialised). The prefix scores of a group's m sequences are one (m
-// G x D) x (D x P) product per kv head, so a prompt's keys are read once per step for the whole group, not once per
-// sample. Sequences in no group attend to their own rows only.
+// sliding window that reaches into a prefix stays materialised). The prefix scores of a group's
+// m sequences are one (m G x D) x (D x P) product per kv head, so a prompt's keys are read once
+// per step for the whole group, not once per sample. Sequences in no group attend to their own
+// rows only.
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
                                const PrefixIndex& groups, bool fused = false);
