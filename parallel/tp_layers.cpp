@@ -61,6 +61,9 @@ torch::Tensor folded_weights(at::TensorList weights, at::TensorList bs, const st
   int64_t out = 0, r = 0;
   for (size_t i = 0; i < weights.size(); ++i) out += weights[i].size(0), r += ranks[i];
   const int64_t in = weights[0].size(1);
+  for (const torch::Tensor& wi : weights)
+    TORCH_CHECK(wi.size(1) == in && wi.scalar_type() == weights[0].scalar_type() && wi.device() == weights[0].device(),
+                "fused projections: weights differ in input size, dtype or device");
   torch::Tensor w = torch::empty({out, in + r}, weights[0].options());  // (sum out, in + sum r)
   int64_t row = 0, col = 0;
   size_t j = 0;

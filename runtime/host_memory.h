@@ -1,7 +1,7 @@
 // Host memory for tensors: keep what the process frees for its next allocation.
 // glibc serves every allocation above its mmap threshold (128 KiB, growing to at most 32 MiB) with
 // a fresh mmap and gives it back with munmap on free, so each of a step's large tensors (a logits
-// chunk alone is 64 MiB) arrives as zero-filled pages the kernel faults in one by one. At the mid
+// chunk alone is 128 MiB) arrives as zero-filled pages the kernel faults in one by one. At the mid
 // bench workload that was 1 min 37 s of system time in a 2.5 min run and made the step 1.47x
 // slower. With mmap off and trimming off, freed blocks stay in the heap and are reused: the
 // process keeps its peak, which is what a training loop allocates again every step (the same

@@ -389,13 +389,15 @@ TEST_CASE("random init: HF conventions, and the same seed gives the same model",
 }
 
 TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits", "[llama][memory]") {
-  // A model whose lm head dominates: vocab 16384, hidden 64, one layer, 4 x 512 tokens, float32.
-  // Full (tokens, vocab) float32 logits are 2048 * 16384 * 4 B = 128 MiB.
+  // A model whose lm head dominates: vocab 16384, hidden 64, one layer, 4 x 1024 tokens, float32.
+  // Full (tokens, vocab) float32 logits are 4096 * 16384 * 4 B = 256 MiB; the default chunk
+  // (kDefaultLogitsChunkBytes) is 2048 of these tokens, so auto cuts two chunks.
   models::LlamaConfig c;
   c.vocab_size = 16384, c.hidden_size = 64, c.num_layers = 1, c.num_heads = 4, c.num_kv_heads = 2;
-  c.intermediate_size = 128, c.max_seq_len = 512;
+  c.intermediate_size = 128, c.max_seq_len = 1024;
   LlamaForCausalLM model(c, parallel::ParallelContext{}, 1);
-  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({512, 512, 512, 512}, c.vocab_size, 4));
+  const test::RaggedBatch b = test::ragged_batch(test::random_sequences({1024, 1024, 1024, 1024}, c.vocab_size, 4));
+  REQUIRE(parallel::logits_chunk_tokens({}, c.vocab_size, 4) < 4096);
   const auto peak_mib = [&](models::LogProbOptions o) {
     model->zero_grad();
     PeakMemoryScope scope;
@@ -409,10 +411,10 @@ TEST_CASE("peak memory of a forward + backward: chunked log-probs vs full logits
   const double chunked = peak_mib({true, true, 256});
   const double chunked_auto = peak_mib({true, true, 0});
   std::printf(
-      "[memory] log-prob + entropy forward+backward, 2048 tokens x vocab 16384 (float32): peak tensor memory "
+      "[memory] log-prob + entropy forward+backward, 4096 tokens x vocab 16384 (float32): peak tensor memory "
       "unchunked %.1f MiB, chunked (256 tokens) %.1f MiB, chunked (auto, %lld tokens) %.1f MiB\n",
       full, chunked, static_cast<long long>(parallel::logits_chunk_tokens({}, c.vocab_size, 4)), chunked_auto);
-  CHECK(full > 128.0 * 2);  // at least the logits and their log-softmax
+  CHECK(full > 256.0 * 2);  // at least the logits and their log-softmax
   CHECK(chunked < full / 4);
   CHECK(chunked_auto < full / 2);
 }

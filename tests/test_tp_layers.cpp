@@ -158,6 +158,8 @@ TEST_CASE(
         torch::NoGradGuard g;
         const torch::Tensor bare = torch::linear(x0, cols[0]->weight, cols[0]->bias);  // (B, T, 7)
         CHECK(test::rel_to_max(bare, ref[0]) > 1e-3);
+        const torch::Tensor bare1 = torch::linear(x0, cols[1]->weight, cols[1]->bias);  // (B, T, 3)
+        CHECK(test::rel_to_max(bare1, ref[1]) > 1e-3);
       }
       for (auto* m : all)
         for (auto& p : m->named_parameters())

@@ -309,13 +309,18 @@ TEST_CASE("shared prompts under tp: log-probs, logits and gradients equal one ra
   }
 }
 
-// A vocabulary tp does not divide: shards of 1001 and 1000 rows. The default chunk size comes
-// from a shard's rows (float64: 8380 and 8388 tokens), so 8385 tokens were two chunks on one rank
-// and one on the other, and their collectives differed in length (an MPI error or a hang).
+// A vocabulary tp does not divide: shards of 1001 and 1000 rows. A default chunk size from a
+// shard's own rows differs between them (float64, 64 MiB chunks: 8380 and 8388 tokens), so a
+// token count between the two was two chunks on one rank and one on the other, and their
+// collectives differed in length (an MPI error or a hang). n sits between them whatever the
+// default chunk bytes are.
 TEST_CASE("an uneven vocabulary split cuts the same logits chunks on every tp rank", "[mpi][llama]") {
   if (test::world_size() % 2 != 0) return;
   const auto tp = test::block_communicator(2);
-  const int64_t vocab = 2001, n = 8385, dim = 4;
+  const int64_t wide_chunk = parallel::logits_chunk_tokens({}, 1001, 8);
+  const int64_t narrow_chunk = parallel::logits_chunk_tokens({}, 1000, 8);
+  REQUIRE(wide_chunk + 1 < narrow_chunk);
+  const int64_t vocab = 2001, n = wide_chunk + 1, dim = 4;
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   torch::manual_seed(17);
   const torch::Tensor hidden = torch::randn({n, dim}, f64), weight = torch::randn({vocab, dim}, f64);  // (N, D), (V, D)
