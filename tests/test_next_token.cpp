@@ -91,9 +91,8 @@ TEST_CASE("pick_token: inverse CDF over temperature / top-k / top-p, greedy ties
 }
 
 TEST_CASE("pick_tokens: a batch of rows chooses what each row alone chooses", "[sampler]") {
-  // The batch computes its weights in one vectorised pass; a row alone may take another path
-  // through the exp kernel (its tail), which can differ in the last bit of a weight, and a choice
-  // only moves if a uniform lies within such a bit of a cumulative boundary: tokens are compared.
+  // Each row runs the same code alone or in a batch (one intra-op thread per row, its weights in
+  // that thread's scratch row), so the choices agree whatever the batch and the thread count.
   const int64_t m = 16, n = 1001;  // an odd width, so rows start at every vector offset
   const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(9), torch::kFloat64) * 2.0;  // (m, n)
   std::vector<double> u;
@@ -111,6 +110,62 @@ TEST_CASE("pick_tokens: a batch of rows chooses what each row alone chooses", "[
   bad = z.clone();
   bad[3].fill_(-INFINITY);
   CHECK_THROWS_WITH(models::pick_tokens(bad, sampling(1.0), u), Catch::Contains("all -inf"));
+}
+
+TEST_CASE("pick_tokens at a real vocabulary's width chooses what whole-tensor arithmetic chooses", "[sampler]") {
+  // Qwen2's 151,936 logits per row (a decode step's 16 rows), against the inverse CDF written as
+  // tensor ops: the weights as one exp over the batch, the cumulative sums, the first crossing.
+  const int64_t m = 16, n = 151936;
+  const torch::Tensor z = torch::randn({m, n}, at::detail::createCPUGenerator(11), torch::kFloat64) * 3.0;  // (m, n)
+  std::vector<double> u;
+  for (int64_t i = 0; i < m; ++i) u.push_back((i + 0.41) / m);
+  const auto reference = [&](double temperature) {
+    const torch::Tensor w = ((z - std::get<0>(z.max(1, true))) / temperature).exp();  // (m, n)
+    const torch::Tensor cum = w.cumsum(1);                                            // (m, n)
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < m; ++i) {
+      const torch::Tensor over = cum[i] > u[static_cast<size_t>(i)] * cum[i][n - 1].item<double>();  // (n)
+      want.push_back(over.to(torch::kInt64).argmax().item<int64_t>());
+    }
+    return want;
+  };
+  const std::vector<int64_t> want = reference(0.7);
+  const int threads = at::get_num_threads();
+  for (const int t : {1, 2}) {
+    INFO("threads " << t);
+    at::set_num_threads(t);
+    CHECK(models::pick_tokens(z, sampling(0.7), u) == want);
+    // next_tokens reads float32 rows in place, cut at the tokenizer's 151,646 ids.
+    SamplingParams p = sampling(0.7);
+    p.vocab_limit = 151646;
+    const torch::Tensor z32 = z.to(torch::kFloat32);  // (m, n)
+    const models::NextTokens got = models::next_tokens(z32, p, [&](int64_t i) { return u[static_cast<size_t>(i)]; });
+    CHECK(got.tokens == models::pick_tokens(z32.narrow(1, 0, p.vocab_limit).to(torch::kFloat64).contiguous(), p, u));
+  }
+  at::set_num_threads(threads);
+  CHECK(reference(1.0) != want);  // control: the temperature moves the choices this test compares
+
+  // Greedy on float rows (read 16 lanes at a time): the first index of the maximum, in the lanes'
+  // body and in the tail past the last full 16 (151,646 = 16 x 9,477 + 14), and NaN refused.
+  SamplingParams greedy = sampling(0.0);
+  greedy.vocab_limit = 151646;
+  torch::Tensor z32 = z.to(torch::kFloat32);  // (m, n)
+  const std::vector<std::pair<int64_t, int64_t>> ties{{5000, 70001}, {151640, 151645}, {7, 151644}, {16, 17}};
+  for (size_t r = 0; r < ties.size(); ++r) {
+    z32[r][ties[r].first] = 100.0f;
+    z32[r][ties[r].second] = 100.0f;
+  }
+  z32[4][151700] = 1000.0f;  // past the cut: not a candidate
+  const models::NextTokens picked = models::next_tokens(z32, greedy, [](int64_t) { return 0.5; });
+  for (size_t r = 0; r < ties.size(); ++r) CHECK(picked.tokens[r] == ties[r].first);
+  const torch::Tensor cut = z32.narrow(1, 0, greedy.vocab_limit);  // (m, 151646)
+  CHECK(picked.tokens[4] == cut[4].argmax().item<int64_t>());
+  for (int64_t r = 5; r < m; ++r) CHECK(picked.tokens[r] == cut[r].argmax().item<int64_t>());
+  for (const int64_t at : {int64_t{0}, int64_t{12345}, int64_t{151645}}) {
+    torch::Tensor bad = z32.clone();
+    bad[6][at] = std::nan("");
+    CHECK_THROWS_WITH(models::next_tokens(bad, greedy, [](int64_t) { return 0.5; }), Catch::Contains("NaN or +inf"));
+  }
 }
 
 TEST_CASE("next_tokens: pick_tokens on the cut float64 rows, uniforms in row order, log-probs of the whole row",

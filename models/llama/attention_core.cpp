@@ -14,6 +14,7 @@
 
 #include "models/layers/fused_attention.h"
 #include "models/layers/rms_norm.h"
+#include "models/llama/decode_merge.h"
 
 namespace tandem::models {
 
@@ -361,7 +362,8 @@ torch::Tensor to_sequences(const torch::Tensor& x, const PrefixIndex& groups, in
 // Decoding on the CPU flash kernel: the G query heads of a kv head are that head's G query rows,
 // so one kernel call covers all sequences' own rows and one all groups' prefixes (the prompt's
 // keys read once per group, as in the materialised form); the two parts merge by their
-// log-sum-exps. No score tensor is built and no K/V is copied.
+// log-sum-exps. No score tensor is built and no K/V is copied; the queries' regrouping and the
+// merge are host loops (decode_merge.h).
 torch::Tensor fused_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const torch::Tensor& key_valid, const torch::Tensor& pk, const torch::Tensor& pv,
                            const PrefixIndex& groups) {
@@ -373,15 +375,9 @@ torch::Tensor fused_decode(const torch::Tensor& q, const torch::Tensor& k, const
   if (groups.groups == 0) return own.reshape({n, heads, dim});
   const int64_t g = groups.groups, longest = groups.longest;
   auto [pre, pre_lse] =  // (g, H_kv, m_max G, D), (g, H_kv, m_max G)
-      fused_attention_lse(to_groups(qg, groups), prefix_rows(pk, groups), prefix_rows(pv, groups),
-                          groups.beyond.logical_not().view({g, 1, 1, longest}));
-  const torch::Tensor l1 = own_lse.unsqueeze(-1);  // (n, H_kv, G, 1)
-  const torch::Tensor l2 = to_sequences(pre_lse.unsqueeze(-1), groups, group, -std::numeric_limits<double>::infinity());
-  const torch::Tensor lse = torch::logaddexp(l1, l2);
-  const torch::ScalarType ct = lse.scalar_type();
-  const torch::Tensor out =
-      own.to(ct) * (l1 - lse).exp_() + to_sequences(pre, groups, group, 0).to(ct) * (l2 - lse).exp_();
-  return out.to(q.scalar_type()).view({n, heads, dim});  // (n, H, D)
+      fused_attention_lse(gather_readers(qg, groups.gather, g, groups.widest), prefix_rows(pk, groups),
+                          prefix_rows(pv, groups), groups.beyond.logical_not().view({g, 1, 1, longest}));
+  return merge_by_lse(own, own_lse, pre, pre_lse, groups.place, groups.widest);  // (n, H, D)
 }
 
 }  // namespace

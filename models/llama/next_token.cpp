@@ -1,8 +1,8 @@
-// Greedy / temperature / top-k / top-p token choice on float64 logits rows. The weights
-// exp((z - max) / T) of a whole batch are one vectorised tensor op (a per-element std::exp was
-// a quarter of a CPU decode step); everything after them runs per row on the intra-op threads.
-// The nucleus is found with a growing partial sort: it usually holds a handful of tokens, and
-// sorting a whole 150k vocabulary per token would dominate a CPU decode step.
+// Greedy / temperature / top-k / top-p token choice on logits rows, in float64. Each row is one
+// intra-op thread's, start to end: its maximum, its weights exp((z - max) / T) in a scratch row
+// through ATen's vectorised exp (a per-element std::exp was a quarter of a CPU decode step), and
+// the choice. The nucleus is found with a growing partial sort: it usually holds a handful of
+// tokens, and sorting a whole 150k vocabulary per token would dominate a CPU decode step.
 #include "models/llama/next_token.h"
 
 #include <ATen/Parallel.h>
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -115,11 +116,117 @@ double SampleStream::next_uniform() { return static_cast<double>(next_u64() >> 1
 
 bool is_greedy(const SamplingParams& p) { return p.temperature == 0.0 || p.top_k == 1; }
 
+namespace {
+
+struct ArgMax {
+  int64_t arg;  // the first index of the maximum
+  double max;
+  bool nan;  // the row holds a NaN
+};
+
+// A row's ArgMax, one element at a time.
+template <class T>
+ArgMax arg_max_scalar(const T* row, int64_t n, int64_t from, ArgMax m) {
+  for (int64_t j = from; j < n; ++j) {
+    if (row[j] > m.max) m.max = row[j], m.arg = j;
+    m.nan = m.nan || std::isnan(row[j]);
+  }
+  return m;
+}
+
+template <class T>
+ArgMax arg_max(const T* row, int64_t n) {
+  return arg_max_scalar(row, n, 1, {0, static_cast<double>(row[0]), std::isnan(row[0])});
+}
+
+// A float row 16 lanes at a time, each lane keeping its first maximum (a strict >, as the scalar
+// loop), then the lanes' largest value at the lowest index: the scalar loop's answer exactly.
+// GCC lowers the vectors to whatever the build targets (SSE2 at least); the scalar loop's branch
+// per element was most of a decode step's choice.
+template <>
+ArgMax arg_max(const float* row, int64_t n) {
+  constexpr int kLanes = 16;
+  typedef float VF __attribute__((vector_size(kLanes * 4)));
+  typedef int32_t VI __attribute__((vector_size(kLanes * 4)));
+  if (n < 2 * kLanes) return arg_max_scalar(row, n, 1, {0, static_cast<double>(row[0]), std::isnan(row[0])});
+  VF best;
+  std::memcpy(&best, row, sizeof best);
+  VI at, cur, nan = best != best;
+  for (int l = 0; l < kLanes; ++l) at[l] = l;
+  cur = at;
+  int64_t j = kLanes;
+  for (; j + kLanes <= n; j += kLanes) {
+    VF v;
+    std::memcpy(&v, row + j, sizeof v);
+    cur += kLanes;
+    const VI gt = v > best;
+    best = gt ? v : best;
+    at = gt ? cur : at;
+    nan |= v != v;
+  }
+  ArgMax m{at[0], best[0], false};
+  for (int l = 0; l < kLanes; ++l) {
+    m.nan = m.nan || nan[l] != 0;
+    if (best[l] > m.max || (best[l] == m.max && at[l] < m.arg)) m.max = best[l], m.arg = at[l];
+  }
+  return arg_max_scalar(row, n, j, m);
+}
+
+// Each row of z (m, n), float or double, columns contiguous and rows at any stride: its maximum
+// (NaN when it holds one) into top, its token into chosen. One pass per row on one intra-op
+// thread, its weights in a scratch row of that thread's: a decode step's 16 x 151,936 logits as
+// whole-batch tensor ops (a float64 copy, then z - max, the exp, two passes to choose) streamed
+// ~150 MB through memory, ~8 ms of a ~75 ms CPU decode step; row by row the weights stay in the
+// core's cache. Values convert to double exactly, so a float row chooses what its float64 copy would.
+template <class T>
+void pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u,
+               std::vector<int64_t>& chosen, std::vector<double>& top) {
+  const int64_t m = z.size(0), n = z.size(1), stride = z.stride(0);
+  const T* zp = z.data_ptr<T>();
+  const bool greedy = is_greedy(p);
+  at::parallel_for(0, m, 1, [&](int64_t begin, int64_t end) {
+    torch::Tensor scratch;  // (n) this thread's weights
+    for (int64_t i = begin; i < end; ++i) {
+      const T* row = zp + i * stride;
+      const auto [arg, max, nan] = arg_max(row, n);
+      const double t = nan ? std::nan("") : max;
+      top[i] = t, chosen[i] = arg;
+      if (greedy || std::isnan(t) || std::isinf(t)) continue;  // a bad row is refused after the pass
+      if (!scratch.defined()) scratch = torch::empty({n}, torch::kFloat64);
+      double* w = scratch.data_ptr<double>();
+      for (int64_t j = 0; j < n; ++j) w[j] = static_cast<double>(row[j]) - t;
+      if (p.temperature != 1.0)
+        for (int64_t j = 0; j < n; ++j) w[j] /= p.temperature;
+      scratch.exp_();  // ATen's exp (MKL's VML here), on this thread: inside a parallel region
+      chosen[i] = choose(w, n, p, u[static_cast<size_t>(i)]);
+    }
+  });
+  for (int64_t i = 0; i < m; ++i) check_row_top(top[i]);  // the first bad row, in row order
+}
+
+// pick_tokens on z (m, n) float or float64 with unit column stride, rows at any stride.
+std::vector<int64_t> pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u) {
+  const int64_t m = z.size(0);
+  std::vector<int64_t> chosen(static_cast<size_t>(m), 0);
+  std::vector<double> top(static_cast<size_t>(m), 0.0);
+  if (z.scalar_type() == torch::kFloat32)
+    pick_rows<float>(z, p, u, chosen, top);
+  else
+    pick_rows<double>(z, p, u, chosen, top);
+  return chosen;
+}
+
+bool pickable(const torch::Tensor& z) {
+  return z.device().is_cpu() && (z.scalar_type() == torch::kFloat32 || z.scalar_type() == torch::kFloat64) &&
+         z.dim() == 2 && z.stride(1) == 1 && z.size(0) > 0 && z.size(1) > 0;
+}
+
+}  // namespace
+
 int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u) {
   if (n < 1) throw std::invalid_argument("pick_token: empty logits row");
-  // A copy, so the one row goes through exactly the batched arithmetic below.
-  const torch::Tensor row = torch::from_blob(const_cast<double*>(z), {1, n}, torch::kFloat64).clone();  // (1, n)
-  return pick_tokens(row, p, {u}).front();
+  const torch::Tensor row = torch::from_blob(const_cast<double*>(z), {1, n}, torch::kFloat64);  // (1, n)
+  return pick_rows(row, p, {u}).front();
 }
 
 std::vector<int64_t> pick_tokens(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u) {
@@ -128,38 +235,8 @@ std::vector<int64_t> pick_tokens(const torch::Tensor& z, const SamplingParams& p
   const int64_t m = z.size(0), n = z.size(1);
   if (n < 1) throw std::invalid_argument("pick_tokens: empty logits rows");
   if (static_cast<int64_t>(u.size()) != m) throw std::invalid_argument("pick_tokens: one uniform per row");
-  // The first index of each row's maximum (as argmax documents), NaN if the row holds one; NaN or
-  // +inf anywhere in a row makes its maximum NaN or +inf, so the rows are checked by their maxima
-  // alone. One pass per row on the intra-op threads: ATen's argmax over a 150k float64 row took
-  // 3 ms of a 16-row decode step here.
-  const double* zp = z.data_ptr<double>();
-  std::vector<int64_t> best(static_cast<size_t>(m), 0);
-  const torch::Tensor top = torch::empty({m, 1}, z.options());  // (m, 1)
-  double* tp = top.data_ptr<double>();
-  at::parallel_for(0, m, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const double* row = zp + i * n;
-      int64_t arg = 0;
-      double max = row[0];
-      bool nan = std::isnan(max);
-      for (int64_t j = 1; j < n; ++j) {
-        if (row[j] > max) max = row[j], arg = j;
-        nan = nan || std::isnan(row[j]);
-      }
-      best[i] = arg, tp[i] = nan ? std::nan("") : max;
-    }
-  });
-  for (int64_t i = 0; i < m; ++i) check_row_top(tp[i]);
-  if (is_greedy(p)) return best;
-  torch::Tensor w = z - top;  // (m, n)
-  if (p.temperature != 1.0) w.div_(p.temperature);
-  w.exp_();
-  const double* wp = w.data_ptr<double>();
-  std::vector<int64_t> chosen(static_cast<size_t>(m));
-  at::parallel_for(0, m, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) chosen[i] = choose(wp + i * n, n, p, u[i]);
-  });
-  return chosen;
+  if (m == 0) return {};
+  return pick_rows(z, p, u);
 }
 
 NextTokens next_tokens_narrowed(const torch::Tensor& logits, const SamplingParams& p,
@@ -200,13 +277,14 @@ NextTokens next_tokens(const torch::Tensor& logits, const SamplingParams& p,
   if (!logits.is_cpu()) return next_tokens_narrowed(logits, p, uniform);  // (m, V) never crosses whole
   const int64_t m = logits.size(0), vocab = logits.size(1);
   const int64_t limit = p.vocab_limit > 0 ? std::min(p.vocab_limit, vocab) : vocab;
-  const torch::Tensor& z = logits;                                                   // (m, V) in the log-prob dtype
-  const torch::Tensor z64 = z.narrow(1, 0, limit).to(torch::kFloat64).contiguous();  // (m, limit) for the choice
+  const torch::Tensor& z = logits;                  // (m, V) in the log-prob dtype
+  const torch::Tensor cut = z.narrow(1, 0, limit);  // (m, limit) for the choice, read in place when it can be
   std::vector<double> u(static_cast<size_t>(m), 0.0);
   if (!is_greedy(p))
     for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i)] = uniform(i);
   NextTokens out;
-  out.tokens = pick_tokens(z64, p, u);
+  if (m == 0) return out;
+  out.tokens = pickable(cut) ? pick_rows(cut, p, u) : pick_rows(cut.to(torch::kFloat64).contiguous(), p, u);
   const torch::Tensor tokens = torch::tensor(out.tokens, torch::kInt64);  // (m)
   const torch::Tensor logp =                                              // (m)
       torch::log_softmax(z, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(torch::kFloat64).contiguous();

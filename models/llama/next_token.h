@@ -44,7 +44,7 @@ bool is_greedy(const SamplingParams& p);
 int64_t pick_token(const double* z, int64_t n, const SamplingParams& p, double u);
 
 // pick_token for every row of z (m, n) (float64, contiguous, CPU), row i with uniform u[i]: the
-// same choice, with the weights of all rows computed in one vectorised pass.
+// same choice by the same code, the rows spread over the intra-op threads.
 std::vector<int64_t> pick_tokens(const at::Tensor& z, const SamplingParams& p, const std::vector<double>& u);
 
 // The next token of every row of `logits` (m, V) in the model's log-prob dtype, on any device:
