@@ -134,9 +134,15 @@ ArgMax arg_max_scalar(const T* row, int64_t n, int64_t from, ArgMax m) {
   return m;
 }
 
+// The ArgMax of a row's first element, where both loops start.
+template <class T>
+ArgMax first(const T* row) {
+  return {0, static_cast<double>(row[0]), std::isnan(row[0])};
+}
+
 template <class T>
 ArgMax arg_max(const T* row, int64_t n) {
-  return arg_max_scalar(row, n, 1, {0, static_cast<double>(row[0]), std::isnan(row[0])});
+  return arg_max_scalar(row, n, 1, first(row));
 }
 
 // A float row 16 lanes at a time, each lane keeping its first maximum (a strict >, as the scalar
@@ -148,7 +154,7 @@ ArgMax arg_max(const float* row, int64_t n) {
   constexpr int kLanes = 16;
   typedef float VF __attribute__((vector_size(kLanes * 4)));
   typedef int32_t VI __attribute__((vector_size(kLanes * 4)));
-  if (n < 2 * kLanes) return arg_max_scalar(row, n, 1, {0, static_cast<double>(row[0]), std::isnan(row[0])});
+  if (n < 2 * kLanes) return arg_max_scalar(row, n, 1, first(row));
   VF best;
   std::memcpy(&best, row, sizeof best);
   VI at, cur, nan = best != best;
@@ -179,9 +185,10 @@ ArgMax arg_max(const float* row, int64_t n) {
 // ~150 MB through memory, ~8 ms of a ~75 ms CPU decode step; row by row the weights stay in the
 // core's cache. Values convert to double exactly, so a float row chooses what its float64 copy would.
 template <class T>
-void pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u,
-               std::vector<int64_t>& chosen, std::vector<double>& top) {
+std::vector<int64_t> pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u) {
   const int64_t m = z.size(0), n = z.size(1), stride = z.stride(0);
+  std::vector<int64_t> chosen(static_cast<size_t>(m), 0);
+  std::vector<double> top(static_cast<size_t>(m), 0.0);
   const T* zp = z.data_ptr<T>();
   const bool greedy = is_greedy(p);
   at::parallel_for(0, m, 1, [&](int64_t begin, int64_t end) {
@@ -202,23 +209,15 @@ void pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vecto
     }
   });
   for (int64_t i = 0; i < m; ++i) check_row_top(top[i]);  // the first bad row, in row order
-}
-
-// pick_tokens on z (m, n) float or float64 with unit column stride, rows at any stride.
-std::vector<int64_t> pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u) {
-  const int64_t m = z.size(0);
-  std::vector<int64_t> chosen(static_cast<size_t>(m), 0);
-  std::vector<double> top(static_cast<size_t>(m), 0.0);
-  if (z.scalar_type() == torch::kFloat32)
-    pick_rows<float>(z, p, u, chosen, top);
-  else
-    pick_rows<double>(z, p, u, chosen, top);
   return chosen;
 }
 
-bool pickable(const torch::Tensor& z) {
-  return z.device().is_cpu() && (z.scalar_type() == torch::kFloat32 || z.scalar_type() == torch::kFloat64) &&
-         z.dim() == 2 && z.stride(1) == 1 && z.size(0) > 0 && z.size(1) > 0;
+// pick_tokens on host rows z (m >= 1, n >= 1), float or float64 with unit column stride, rows at
+// any stride; any other z is converted to a contiguous float64 copy first.
+std::vector<int64_t> pick_rows(const torch::Tensor& z, const SamplingParams& p, const std::vector<double>& u) {
+  if (z.stride(1) == 1 && z.scalar_type() == torch::kFloat32) return pick_rows<float>(z, p, u);
+  if (z.stride(1) == 1 && z.scalar_type() == torch::kFloat64) return pick_rows<double>(z, p, u);
+  return pick_rows<double>(z.to(torch::kFloat64).contiguous(), p, u);
 }
 
 }  // namespace
@@ -284,7 +283,7 @@ NextTokens next_tokens(const torch::Tensor& logits, const SamplingParams& p,
     for (int64_t i = 0; i < m; ++i) u[static_cast<size_t>(i)] = uniform(i);
   NextTokens out;
   if (m == 0) return out;
-  out.tokens = pickable(cut) ? pick_rows(cut, p, u) : pick_rows(cut.to(torch::kFloat64).contiguous(), p, u);
+  out.tokens = pick_rows(cut, p, u);
   const torch::Tensor tokens = torch::tensor(out.tokens, torch::kInt64);  // (m)
   const torch::Tensor logp =                                              // (m)
       torch::log_softmax(z, 1).gather(1, tokens.unsqueeze(1)).squeeze(1).to(torch::kFloat64).contiguous();
