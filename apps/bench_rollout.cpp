@@ -11,6 +11,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "apps/bench_lengths.h"
@@ -90,14 +91,15 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
 
   struct Variant {
     bool share;
-    bool lora;           // adapters on (a model without adapters has only lora = false variants)
-    bool kernel = true;  // with adapters: the host decode kernel (parallel/lora_decode.h) or ATen's GEMMs
-    bool packed = true;  // the sampler's packed bf16 weights where the host packs (parallel/packed_weights.h)
+    bool lora;            // adapters on (a model without adapters has only lora = false variants)
+    bool kernel = true;   // with adapters: the host decode kernel (parallel/lora_decode.h) or ATen's GEMMs
+    bool packed = true;   // the sampler's packed bf16 weights where the host packs (parallel/packed_weights.h)
+    bool vector = false;  // with adapters, on an AMX host: the AVX-512 kernel in place of AMX's
     std::vector<double> seconds;
     Timed last;
     std::string name() const {
       return std::string(share ? "shared" : "unshared") + (lora ? "_lora" : "") + (lora && !kernel ? "_aten" : "") +
-             (packed ? "" : "_unpacked");
+             (vector ? "_avx512" : "") + (packed ? "" : "_unpacked");
     }
   };
   std::vector<Variant> variants;
@@ -106,12 +108,16 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     variants.push_back({share, false});
     if (a.compare_packed) variants.push_back({share, false, true, false});
     if (a.lora_rank > 0) variants.push_back({share, true, false}), variants.push_back({share, true});
+    if (a.lora_rank > 0 && parallel::best_lora_decode_isa() == parallel::LoraDecodeIsa::kAmx)
+      variants.push_back({share, true, true, true, true});
   }
   const auto run_variant = [&](const Variant& v) {
     p.share_prompts = v.share;
     parallel::LoraModeGuard adapters(v.lora);  // off: the base model's exact forward
     parallel::LoraDecodeKernelGuard kernel(v.kernel);
     parallel::PackedSamplingGuard packed(v.packed);
+    std::optional<parallel::LoraDecodeIsaGuard> isa;
+    if (v.vector) isa.emplace(parallel::LoraDecodeIsa::kAvx512);
     return timed_generate(model, reqs, p);
   };
   for (int64_t r = 0; r < a.repeats; ++r) {
@@ -148,9 +154,11 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
     out[key] = median(ratios);
     out[key + "_per_repeat"] = ratios;
   };
-  const auto find = [&](bool share, bool lora, bool kernel = true, bool packed = true) -> const Variant* {
+  const auto find = [&](bool share, bool lora, bool kernel = true, bool packed = true,
+                        bool vector = false) -> const Variant* {
     for (const Variant& v : variants)
-      if (v.share == share && v.lora == lora && v.kernel == kernel && v.packed == packed) return &v;
+      if (v.share == share && v.lora == lora && v.kernel == kernel && v.packed == packed && v.vector == vector)
+        return &v;
     return nullptr;
   };
   if (find(false, false) && find(true, false)) {
@@ -172,6 +180,8 @@ nlohmann::json share_workload(models::LlamaForCausalLMImpl& model, const std::ve
       ratio(*find(share, true), *find(share, false), name + "_lora_slowdown");
       ratio(*find(share, true, false), *find(share, false), name + "_lora_aten_slowdown");
       ratio(*find(share, true, false), *find(share, true), name + "_lora_kernel_speedup");
+      if (find(share, true, true, true, true))
+        ratio(*find(share, true, true, true, true), *find(share, true), name + "_lora_amx_speedup");
     }
   return out;
 }

@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
   bench_rollout
       ->add_option("--lora-rank", roll.lora_rank,
                    "with --lengths: rank-R all-linear adapters (alpha 2R, B drawn non-zero), each variant timed with "
-                   "them off, on, and on through ATen's GEMMs instead of the host decode kernel, alternating (0: none)")
+                   "them off, on, and on through ATen's GEMMs instead of the host decode kernel (on an AMX host also "
+                   "on with its AVX-512 kernel in place of AMX's), alternating (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   bench_rollout->add_flag("--compare-packed", roll.compare_packed,
                           "with --lengths: each variant without adapters also timed with the sampler's packed bf16 "

@@ -8,7 +8,8 @@
 # speedup_vs_B is B's step time over LoRA's, paired run by run, over the steps after the warm-up
 # (the first step's allocations and AdamW state are outside it); the LoRA step's share of full
 # fine-tuning's is its inverse. Then, for where the time goes, the sampler with the adapters off,
-# on, and on through ATen's GEMMs instead of the host decode kernel (`bench rollout --lora-rank`,
+# on, and on through ATen's GEMMs instead of the host decode kernel (on an AMX host also with the
+# AVX-512 kernel in place of AMX's) (`bench rollout --lora-rank`,
 # the same 16 sequences of 100 + 64 tokens) and one training step
 # of each (`bench train --lora-rank`, pure bf16, untied head). A benchmark, not a test (~15 min on
 # 2 cores). RUNS, STEPS, WARMUP override (2, 3, 1); OLD_LOGP=reuse takes both sides' old log-probs
