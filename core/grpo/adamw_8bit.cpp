@@ -1,8 +1,8 @@
 // AdamW with blockwise 8-bit moments; the arithmetic mirrors torchao.optim.AdamW8bit op for op
 // (single_param_adam), so scripts/fixtures/adamw8bit_oracle.py can hold it to torchao's numbers.
-// Float32 parameters on the host take one fused pass per block of the same float32 operations in
-// the same order (the moments and codes come out bitwise equal to the tensor-op form's); the
-// tensor-op form stays for other devices and dtypes.
+// Float32 parameters on the host take two fused passes per block around ATen's square root, the
+// same float32 operations in the same order (the moments and codes come out bitwise equal to the
+// tensor-op form's); the tensor-op form stays for other devices and dtypes.
 #include "core/grpo/adamw_8bit.h"
 
 #include <ATen/Parallel.h>
@@ -33,25 +33,35 @@ inline float lerp(float self, float end, float w) {
   return std::abs(w) < 0.5f ? std::fma(w, end - self, self) : std::fma(w - 1.0f, end - self, end);
 }
 
-// The quantised update of blocks [b0, b1) on the host, one block at a time: dequantise both
-// moments, step the parameter, requantise, with the block's moments in two stack buffers. The
-// ATen form below makes some thirty passes over int64 and float32 temporaries instead; this is
-// the same arithmetic in the same order (single_param_adam, quantize_8bit_with_qmap).
-void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale, uint8_t* v_codes, float* v_scale,
-                     int64_t b0, int64_t b1, const NearestCode& m_code, const NearestCode& v_code,
-                     const StepScalars& k) {
-  float m[kMomentBlock], v[kMomentBlock];
+// The quantised update of blocks [b0, b1) on the host, in two passes around ATen's square root:
+// the first decays the parameter and writes both moments (dequantised, then lerped) to m and v,
+// the second steps the parameter from m, v and sq = sqrt(v) and requantises. The square root is
+// torch::sqrt's, as torchao's: ATen computes it with oneMKL's vector math, which on the AMD hosts
+// is not correctly rounded (an ulp off std::sqrt for ~17% of floats), so a std::sqrt here moved the
+// parameters 1.5e-5 from torchao's over 20 steps there. The ATen form below makes some thirty passes
+// over int64 and float32 temporaries instead; this is the same arithmetic in the same order
+// (single_param_adam, quantize_8bit_with_qmap).
+void moments_blocks_cpu(float* p, const float* g, const uint8_t* m_codes, const float* m_scale, const uint8_t* v_codes,
+                        const float* v_scale, float* m, float* v, int64_t b0, int64_t b1, const NearestCode& m_code,
+                        const NearestCode& v_code, const StepScalars& k) {
+  for (int64_t o = b0 * kMomentBlock; o < b1 * kMomentBlock; ++o) {
+    const int64_t b = o / kMomentBlock;
+    const float gj = g[o];
+    p[o] = p[o] - k.lr_decay * p[o];  // decoupled decay
+    m[o] = lerp(m_code.value(m_codes[o]) * m_scale[b], gj, k.w1);
+    v[o] = lerp(v_code.value(v_codes[o]) * v_scale[b], gj * gj, k.w2);
+  }
+}
+
+void update_blocks_cpu(float* p, const float* m, const float* v, const float* sq, uint8_t* m_codes, float* m_scale,
+                       uint8_t* v_codes, float* v_scale, int64_t b0, int64_t b1, const NearestCode& m_code,
+                       const NearestCode& v_code, const StepScalars& k) {
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t o = b * kMomentBlock;
     float m_max = 0.0f, v_max = 0.0f;
-    for (int64_t j = 0; j < kMomentBlock; ++j) {
-      const float gj = g[o + j];
-      float pj = p[o + j];
-      pj = pj - k.lr_decay * pj;  // decoupled decay
-      m[j] = lerp(m_code.value(m_codes[o + j]) * m_scale[b], gj, k.w1);
-      v[j] = lerp(v_code.value(v_codes[o + j]) * v_scale[b], gj * gj, k.w2);
-      const float denom = std::sqrt(v[j]) / k.bc2_sqrt + k.eps;
-      p[o + j] = pj - k.lr * (m[j] / k.bc1) / denom;
+    for (int64_t j = o; j < o + kMomentBlock; ++j) {
+      const float denom = sq[j] / k.bc2_sqrt + k.eps;
+      p[j] = p[j] - k.lr * (m[j] / k.bc1) / denom;
       // amax's NaN propagation: a NaN moment makes its block's scale NaN, as torchao's would.
       const float ma = std::abs(m[j]), va = std::abs(v[j]);
       m_max = std::isnan(ma) || ma > m_max ? ma : m_max;
@@ -59,9 +69,9 @@ void step_blocks_cpu(float* p, const float* g, uint8_t* m_codes, float* m_scale,
     }
     m_scale[b] = std::max(m_max, 1e-12f);
     v_scale[b] = std::max(v_max, 1e-12f);
-    for (int64_t j = 0; j < kMomentBlock; ++j) {
-      m_codes[o + j] = m_code(m[j] / m_scale[b]);
-      v_codes[o + j] = v_code(v[j] / v_scale[b]);
+    for (int64_t j = o; j < o + kMomentBlock; ++j) {
+      m_codes[j] = m_code(m[j] / m_scale[b]);
+      v_codes[j] = v_code(v[j] / v_scale[b]);
     }
   }
 }
@@ -237,8 +247,15 @@ torch::Tensor AdamW8bit::step(LossClosure closure) {
           float* pp = flat.data_ptr<float>() + start;
           uint8_t *mc = m_codes.data_ptr<uint8_t>() + start, *vc = v_codes.data_ptr<uint8_t>() + start;
           float *ms = s.exp_avg_q.scale.data_ptr<float>() + c0, *vs = s.exp_avg_sq_q.scale.data_ptr<float>() + c0;
+          const torch::Tensor m = torch::empty({len}, g.options()), v = torch::empty({len}, g.options());  // (len)
           at::parallel_for(0, len / kMomentBlock, 16, [&](int64_t b0, int64_t b1) {
-            step_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, b0, b1, code_signed_, code_unsigned_, k);
+            moments_blocks_cpu(pp, g.data_ptr<float>(), mc, ms, vc, vs, m.data_ptr<float>(), v.data_ptr<float>(), b0,
+                               b1, code_signed_, code_unsigned_, k);
+          });
+          const torch::Tensor sq = v.sqrt();  // (len) ATen's, as torchao's (above)
+          at::parallel_for(0, len / kMomentBlock, 16, [&](int64_t b0, int64_t b1) {
+            update_blocks_cpu(pp, m.data_ptr<float>(), v.data_ptr<float>(), sq.data_ptr<float>(), mc, ms, vc, vs, b0,
+                              b1, code_signed_, code_unsigned_, k);
           });
         }
         torch::autograd::impl::bump_version(p);  // written through data_ptr: as copy_ would, for autograd's checks

@@ -64,7 +64,7 @@ torch::Tensor dequantize_blockwise(const BlockwiseCodes& q, const torch::Tensor&
 
 class AdamW8bit : public torch::optim::Optimizer {
  public:
-  // host_kernel: float32 parameters on the host step in one fused pass per block; false runs the
+  // host_kernel: float32 parameters on the host step in fused passes per block; false runs the
   // tensor-op form that other devices and dtypes run, so tests can hold both to torchao.
   AdamW8bit(const std::vector<torch::Tensor>& params, const torch::optim::AdamWOptions& options,
             bool host_kernel = true);
