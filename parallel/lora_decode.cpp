@@ -111,13 +111,14 @@ bool host_supports(LoraDecodeIsa isa) {
 
 namespace {
 thread_local int t_isa_override = -1;  // LoraDecodeIsaGuard's, or -1
+
+int supported(LoraDecodeIsa isa) {
+  TORCH_CHECK(host_supports(isa), "LoraDecodeIsaGuard: this host lacks the instruction set asked for");
+  return static_cast<int>(isa);
+}
 }  // namespace
 
-LoraDecodeIsaGuard::LoraDecodeIsaGuard(LoraDecodeIsa isa) : previous_(t_isa_override) {
-  TORCH_CHECK(host_supports(isa), "LoraDecodeIsaGuard: this host lacks the instruction set asked for");
-  t_isa_override = static_cast<int>(isa);
-}
-LoraDecodeIsaGuard::~LoraDecodeIsaGuard() { t_isa_override = previous_; }
+LoraDecodeIsaGuard::LoraDecodeIsaGuard(LoraDecodeIsa isa) : ScopedValue(t_isa_override, supported(isa)) {}
 
 LoraDecodeIsa best_lora_decode_isa() {
   if (t_isa_override >= 0) return static_cast<LoraDecodeIsa>(t_isa_override);

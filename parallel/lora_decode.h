@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "common/scoped_value.h"
+
 namespace tandem::parallel {
 
 inline constexpr int64_t kLoraDecodeMaxRows = 64;  // above it, ATen's GEMMs
@@ -28,15 +30,9 @@ bool host_supports(LoraDecodeIsa isa);  // kAmx: the CPU has it and Linux grants
 // Makes best_lora_decode_isa() return isa on this thread for a scope (`bench rollout` times the
 // AVX-512 kernel beside AMX's); the host must have it. Factors packed for another set are packed
 // again at their next use (PackedFactor).
-class LoraDecodeIsaGuard {
+class LoraDecodeIsaGuard : ScopedValue<int> {
  public:
   explicit LoraDecodeIsaGuard(LoraDecodeIsa isa);
-  ~LoraDecodeIsaGuard();
-  LoraDecodeIsaGuard(const LoraDecodeIsaGuard&) = delete;
-  LoraDecodeIsaGuard& operator=(const LoraDecodeIsaGuard&) = delete;
-
- private:
-  int previous_;
 };
 
 // A factor w (n, k) packed for add_lora_decode with isa. The vector kernels (and float32 w):

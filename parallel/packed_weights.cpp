@@ -50,8 +50,7 @@ bool packed_sampling_supported() {
   return supported;
 }
 
-PackedSamplingGuard::PackedSamplingGuard(bool enabled) : previous_(t_enabled) { t_enabled = enabled; }
-PackedSamplingGuard::~PackedSamplingGuard() { t_enabled = previous_; }
+PackedSamplingGuard::PackedSamplingGuard(bool enabled) : ScopedValue(t_enabled, enabled) {}
 
 PackedWeight::~PackedWeight() {
   std::lock_guard<std::mutex> lock(g_mutex);

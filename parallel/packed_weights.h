@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/scoped_value.h"
+
 namespace tandem::parallel {
 
 // Whether this host packs: LibTorch built with oneDNN and it enabled, AVX512-BF16 (or AMX) present, and
@@ -23,15 +25,9 @@ namespace tandem::parallel {
 bool packed_sampling_supported();
 
 // Turns packing off (or back on) on this thread for a scope: ATen's linear, as before.
-class PackedSamplingGuard {
+class PackedSamplingGuard : ScopedValue<bool> {
  public:
   explicit PackedSamplingGuard(bool enabled);
-  ~PackedSamplingGuard();
-  PackedSamplingGuard(const PackedSamplingGuard&) = delete;
-  PackedSamplingGuard& operator=(const PackedSamplingGuard&) = delete;
-
- private:
-  bool previous_;
 };
 
 // One layer's packed copy: the rows of one or more weights (out_i, in) concatenated, so a fused

@@ -278,7 +278,7 @@ torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactor
 }
 
 bool lora_active() { return t_lora_active; }
-SamplingGuard::SamplingGuard() : ScopedThreadFlag(t_sampling, true), outermost_(!previous()) {
+SamplingGuard::SamplingGuard() : ScopedValue(t_sampling, true), outermost_(!previous()) {
   begin_sampling_scope();
   if (outermost_) enter_packed_scope();
 }
@@ -295,9 +295,9 @@ torch::Tensor sampling_linear(const torch::Tensor& x, const torch::Tensor& w, co
   shape.push_back(w.size(0));
   return packed_linear(x.reshape({-1, x.size(-1)}), p, b).view(shape);  // (..., out)
 }
-LoraOffGuard::LoraOffGuard() : ScopedThreadFlag(t_lora_active, false) {}
-LoraModeGuard::LoraModeGuard(bool active) : ScopedThreadFlag(t_lora_active, active) {}
-LoraDecodeKernelGuard::LoraDecodeKernelGuard(bool enabled) : ScopedThreadFlag(t_decode_kernel, enabled) {}
+LoraOffGuard::LoraOffGuard() : ScopedValue(t_lora_active, false) {}
+LoraModeGuard::LoraModeGuard(bool active) : ScopedValue(t_lora_active, active) {}
+LoraDecodeKernelGuard::LoraDecodeKernelGuard(bool enabled) : ScopedValue(t_decode_kernel, enabled) {}
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator* tp) {
   if (tp == nullptr || tp->size() == 1) return x;

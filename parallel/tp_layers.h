@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "common/scoped_value.h"
 #include "parallel/lora_decode.h"
 #include "parallel/packed_weights.h"
 #include "parallel/parallel_context.h"
@@ -39,30 +40,13 @@ struct PackedLora {
 };
 torch::Tensor add_lora(torch::Tensor y, const torch::Tensor& x, const LoraFactors& f, PackedLora* packed = nullptr);
 
-// Sets one of this file's thread-local switches for a scope and restores it on exit; the guards
-// below name the switch.
-class ScopedThreadFlag {
- public:
-  ScopedThreadFlag(const ScopedThreadFlag&) = delete;
-  ScopedThreadFlag& operator=(const ScopedThreadFlag&) = delete;
-
- protected:
-  ScopedThreadFlag(bool& flag, bool value) : flag_(flag), previous_(flag) { flag_ = value; }
-  ~ScopedThreadFlag() { flag_ = previous_; }
-  bool previous() const { return previous_; }
-
- private:
-  bool& flag_;
-  bool previous_;
-};
-
 // The samplers' scope on this thread (models' generate functions): without autograd the layers
 // then take their decode paths (each fused projection one GEMM through its packed copy where the
 // host packs, packed_weights.h, else one GEMM per layer; adapters added in place), whose rounding
 // may differ from the training forward's. Every other forward, a no-grad scoring one included,
 // runs the training forward's ops, so recomputed old log-probs equal it bitwise. The outermost
 // guard on a thread holds the packed copies (released when no thread samples).
-class SamplingGuard : ScopedThreadFlag {
+class SamplingGuard : ScopedValue<bool> {
  public:
   SamplingGuard();
   ~SamplingGuard();
@@ -80,19 +64,19 @@ torch::Tensor sampling_linear(const torch::Tensor& x, const torch::Tensor& w, co
 // (the KL reference and the base-only phases run the same modules without them). Thread-local, so
 // a reference forward on the overlap worker's thread leaves the sampler's adapters on.
 bool lora_active();
-class LoraOffGuard : ScopedThreadFlag {
+class LoraOffGuard : ScopedValue<bool> {
  public:
   LoraOffGuard();
 };
 // Sets the thread's switch for a scope, as it was when a recomputed layer first ran.
-class LoraModeGuard : ScopedThreadFlag {
+class LoraModeGuard : ScopedValue<bool> {
  public:
   explicit LoraModeGuard(bool active);
 };
 
 // Whether the sampling path may add the adapters through the host decode kernel (lora_decode.h):
 // on by default; off for a scope, ATen's GEMMs, which `bench rollout` times beside it.
-class LoraDecodeKernelGuard : ScopedThreadFlag {
+class LoraDecodeKernelGuard : ScopedValue<bool> {
  public:
   explicit LoraDecodeKernelGuard(bool enabled);
 };
